@@ -1,0 +1,158 @@
+package durable
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestWriteFileReplacesAtomically(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "state.json")
+	if err := WriteFile(p, []byte("one"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(p, []byte("two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(p)
+	if string(got) != "two" {
+		t.Fatalf("got %q, want %q", got, "two")
+	}
+	fi, _ := os.Stat(p)
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("got mode %v, want 0600", fi.Mode().Perm())
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("temp files left behind: %v", ents)
+	}
+}
+
+func TestWriteFileFuncErrorLeavesOldContent(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := WriteFile(p, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := WriteFileFunc(p, 0o600, func(w io.Writer) error {
+		io.WriteString(w, "half")
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v, want wrapping boom", err)
+	}
+	got, _ := os.ReadFile(p)
+	if string(got) != "old" {
+		t.Fatalf("got %q, want old content kept", got)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("temp files left behind: %v", ents)
+	}
+}
+
+func TestRecordRoundTripAndRejections(t *testing.T) {
+	type payload struct{ A int }
+	b, err := EncodeRecord("journal", 2, payload{A: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got payload
+	v, err := DecodeRecord(b, "journal", 2, &got)
+	if err != nil || v != 2 || got.A != 7 {
+		t.Fatalf("got %v %d %+v, want nil 2 {7}", err, v, got)
+	}
+	if _, err := DecodeRecord(b, "journal", 1, &got); !errors.Is(err, ErrUnknownVersion) {
+		t.Fatalf("newer version: got %v, want ErrUnknownVersion", err)
+	}
+	if _, err := DecodeRecord(b, "state", 2, &got); !errors.Is(err, ErrWrongKind) {
+		t.Fatalf("kind: got %v, want ErrWrongKind", err)
+	}
+	tampered := []byte(strings.Replace(string(b), `{"A":7}`, `{"A":8}`, 1))
+	if _, err := DecodeRecord(tampered, "journal", 2, &got); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("tampered: got %v, want ErrCorrupt", err)
+	}
+	if _, err := DecodeRecord(b[:len(b)-3], "journal", 2, &got); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("truncated: got %v, want ErrCorrupt", err)
+	}
+}
+
+func TestLogAppendReadAndTornTail(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "journal")
+	l, err := OpenLog(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := l.Append("step", 1, map[string]int{"n": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	var seen []int
+	info, err := ReadLog(p, "step", 1, func(v int, raw json.RawMessage) error {
+		var m map[string]int
+		json.Unmarshal(raw, &m)
+		seen = append(seen, m["n"])
+		return nil
+	})
+	if err != nil || info.Records != 3 || len(seen) != 3 || seen[2] != 2 {
+		t.Fatalf("got %v %+v %v, want 3 records 0..2", err, info, seen)
+	}
+	// Tear the tail: half a record without newline.
+	f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"kind":"step","vers`)
+	f.Close()
+	info, err = ReadLog(p, "step", 1, nil)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "record 4") || info.Records != 3 {
+		t.Fatalf("torn tail: got %v %+v, want ErrCorrupt at record 4 after 3 good", err, info)
+	}
+	if _, err := OpenLog(p); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("OpenLog on torn tail: got %v, want ErrCorrupt", err)
+	}
+}
+
+func TestLockExcludesOtherProcess(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "lock")
+	l, err := Lock(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flock is per open file description, so a second Lock in this process conflicts too;
+	// a separate process (flock(1) if present) proves the cross-process case.
+	if _, err := Lock(p); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second lock: got %v, want ErrLocked", err)
+	} else if le := (*LockedError)(nil); !errors.As(err, &le) || !strings.Contains(le.Holder, "pid ") {
+		t.Fatalf("holder not reported: %v", err)
+	}
+	if flock, err := exec.LookPath("flock"); err == nil {
+		out, err := exec.Command(flock, "-n", p, "true").CombinedOutput()
+		if err == nil {
+			t.Fatalf("flock(1) took a held lock: %s", out)
+		}
+	}
+	if locked, err := IsLocked(p); err != nil || !locked {
+		t.Fatalf("IsLocked: got %v %v, want true", locked, err)
+	}
+	if err := l.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("lock file must stay after unlock: %v", err)
+	}
+	if locked, err := IsLocked(p); err != nil || locked {
+		t.Fatalf("IsLocked after unlock: got %v %v, want false", locked, err)
+	}
+	l2, err := Lock(p)
+	if err != nil {
+		t.Fatalf("relock: %v", err)
+	}
+	l2.Unlock()
+}
