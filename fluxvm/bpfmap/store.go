@@ -55,11 +55,11 @@ type SnapshotInfo struct {
 
 // RestoreReport says what Restore did.
 type RestoreReport struct {
-	Policy   Policy `json:"policy"`
-	Written  int64  `json:"written"`
-	Deleted  int64  `json:"deleted"`
-	Target   Info   `json:"target"`
-	Skipped  bool   `json:"skipped,omitempty"` // metadata-only
+	Policy  Policy `json:"policy"`
+	Written int64  `json:"written"`
+	Deleted int64  `json:"deleted"`
+	Target  Info   `json:"target"`
+	Skipped bool   `json:"skipped,omitempty"` // metadata-only
 }
 
 // Progress receives done/total counts on long operations; it may be nil.
@@ -80,12 +80,12 @@ type Store interface {
 
 // Errors callers branch on. Implementations wrap them with the component, map and pin.
 var (
-	ErrABIMismatch    = errors.New("map ABI mismatch")
-	ErrOverCapacity   = errors.New("snapshot does not fit the replacement map")
-	ErrNotGeneric     = errors.New("map encoding cannot be restored generically; use a component-specific migration hook")
-	ErrPinEscape      = errors.New("pin resolves outside bpffs_root")
-	ErrNotBPFFS       = errors.New("not on a bpf filesystem")
-	ErrBootChanged    = errors.New("host rebooted since the snapshot (boot id changed)")
+	ErrABIMismatch     = errors.New("map ABI mismatch")
+	ErrOverCapacity    = errors.New("snapshot does not fit the replacement map")
+	ErrNotGeneric      = errors.New("map encoding cannot be restored generically; use a component-specific migration hook")
+	ErrPinEscape       = errors.New("pin resolves outside bpffs_root")
+	ErrNotBPFFS        = errors.New("not on a bpf filesystem")
+	ErrBootChanged     = errors.New("host rebooted since the snapshot (boot id changed)")
 	ErrCorruptSnapshot = errors.New("snapshot file is corrupt")
-	ErrNotSupported   = errors.New("not supported on this host")
+	ErrNotSupported    = errors.New("not supported on this host")
 )
