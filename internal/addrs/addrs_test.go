@@ -1,0 +1,319 @@
+package addrs
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestInstanceStringAndParse(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Instance
+	}{
+		{`sysbox_node.web`, Instance{Resource: Resource{Managed, "sysbox_node", "web"}}},
+		{`sysbox_node.web[0]`, Instance{Resource: Resource{Managed, "sysbox_node", "web"}, Key: IntKey(0)}},
+		{`sysbox_node.web[12]`, Instance{Resource: Resource{Managed, "sysbox_node", "web"}, Key: IntKey(12)}},
+		{`sysbox_node.web["blue"]`, Instance{Resource: Resource{Managed, "sysbox_node", "web"}, Key: StringKey("blue")}},
+		{`sysbox_node.web["a\"b\\c"]`, Instance{Resource: Resource{Managed, "sysbox_node", "web"}, Key: StringKey(`a"b\c`)}},
+		{`sysbox_node.web["<&>"]`, Instance{Resource: Resource{Managed, "sysbox_node", "web"}, Key: StringKey(`<&>`)}},
+		{`sysbox_node.web["é"]`, Instance{Resource: Resource{Managed, "sysbox_node", "web"}, Key: StringKey("é")}},
+		{`sysbox_node.web[""]`, Instance{Resource: Resource{Managed, "sysbox_node", "web"}, Key: StringKey("")}},
+		{`data.sysbox_artifact.kernel`, Instance{Resource: Resource{Data, "sysbox_artifact", "kernel"}}},
+		{`module.lab.sysbox_network.dmz`, Instance{Module: Module{{Name: "lab"}}, Resource: Resource{Managed, "sysbox_network", "dmz"}}},
+		{`module.segment["red"].sysbox_node.target[1]`, Instance{
+			Module:   Module{{Name: "segment", Key: StringKey("red")}},
+			Resource: Resource{Managed, "sysbox_node", "target"}, Key: IntKey(1)}},
+		{`module.a[0].module.b["x"].data.sysbox_artifact.k-1`, Instance{
+			Module:   Module{{Name: "a", Key: IntKey(0)}, {Name: "b", Key: StringKey("x")}},
+			Resource: Resource{Data, "sysbox_artifact", "k-1"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseInstance(tt.in)
+			if err != nil {
+				t.Fatalf("ParseInstance(%q): %v", tt.in, err)
+			}
+			if !got.Equal(tt.want) {
+				t.Fatalf("ParseInstance(%q) = %#v, want %#v", tt.in, got, tt.want)
+			}
+			if s := got.String(); s != tt.in {
+				t.Errorf("String() = %q, want %q", s, tt.in)
+			}
+			if got.UniqueKey() != tt.want.UniqueKey() {
+				t.Errorf("UniqueKey differs: got %q, want %q", got.UniqueKey(), tt.want.UniqueKey())
+			}
+		})
+	}
+}
+
+func TestParseInstanceNonCanonicalEscapeNormalises(t *testing.T) {
+	got, err := ParseInstance(`sysbox_node.web["\u0041"]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := got.String(); s != `sysbox_node.web["A"]` {
+		t.Errorf("got %q, want %q", s, `sysbox_node.web["A"]`)
+	}
+}
+
+func TestParseInstanceErrors(t *testing.T) {
+	tests := []struct {
+		in         string
+		wantOffset int
+		wantExpect string
+	}{
+		{``, 0, "an address"},
+		{`sysbox_node`, 11, "'.' after the resource type"},
+		{`sysbox_node.`, 12, "a resource name"},
+		{`sysbox_node.web[`, 16, "an integer or a JSON-quoted string key"},
+		{`sysbox_node.web[01]`, 16, "without leading zeros"},
+		{`sysbox_node.web[-1]`, 16, "an integer or a JSON-quoted string key"},
+		{`sysbox_node.web['a']`, 16, "an integer or a JSON-quoted string key"},
+		{`sysbox_node.web["a]`, 19, `closing '"'`},
+		{`sysbox_node.web["a"`, 19, `']'`},
+		{`sysbox_node.web[0]x`, 18, "end of address"},
+		{`sysbox_node.web[0][1]`, 18, "end of address"},
+		{`sysbox_node.web.x`, 15, "'[' or end of address"},
+		{`module.`, 7, "a module name"},
+		{`module.lab`, 10, "a resource after the module path"},
+		{`module.lab.`, 11, "a resource type"},
+		{`module.lab[`, 11, "an integer or a JSON-quoted string key"},
+		{`module.lab x`, 10, `'.' or '['`},
+		{`data.`, 5, "a resource type"},
+		{`data.data.x`, 5, "reserved"},
+		{`1node.web`, 0, "a resource type"},
+		{`sysbox_node.web[99999999999999999999]`, 16, "fits in an int"},
+		{`sysbox_node.web["\x"]`, 16, "a valid JSON string key"},
+		{" sysbox_node.web", 0, "a resource type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			_, err := ParseInstance(tt.in)
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("ParseInstance(%q) error = %v, want *ParseError", tt.in, err)
+			}
+			if pe.Offset != tt.wantOffset {
+				t.Errorf("offset: got %d, want %d (%v)", pe.Offset, tt.wantOffset, err)
+			}
+			if !strings.Contains(pe.Expected, tt.wantExpect) {
+				t.Errorf("expected: got %q, want it to contain %q", pe.Expected, tt.wantExpect)
+			}
+			if !strings.Contains(err.Error(), "offset") {
+				t.Errorf("message %q does not name the offset", err)
+			}
+		})
+	}
+}
+
+func TestLessIsTotalOrder(t *testing.T) {
+	in := []string{
+		`sysbox_node.web`,
+		`sysbox_node.web[0]`,
+		`sysbox_node.web[2]`,
+		`sysbox_node.web[10]`,
+		`sysbox_node.web["a"]`,
+		`sysbox_node.web["b"]`,
+		`sysbox_router.a`,
+		`data.sysbox_artifact.a`,
+		`module.a.sysbox_node.a`,
+		`module.a[0].sysbox_node.a`,
+		`module.a["x"].sysbox_node.a`,
+		`module.a["x"].module.b.sysbox_node.a`,
+		`module.b.sysbox_node.a`,
+	}
+	var addrs []Instance
+	for _, s := range in {
+		addrs = append(addrs, MustParseInstance(s))
+	}
+	shuffled := slices.Clone(addrs)
+	slices.Reverse(shuffled)
+	slices.SortFunc(shuffled, Instance.Compare)
+	for i := range addrs {
+		if !shuffled[i].Equal(addrs[i]) {
+			t.Errorf("position %d: got %s, want %s", i, shuffled[i], addrs[i])
+		}
+	}
+	for i, a := range addrs {
+		for j, b := range addrs {
+			lt, gt, eq := a.Less(b), b.Less(a), a.Equal(b)
+			n := 0
+			for _, x := range []bool{lt, gt, eq} {
+				if x {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%s vs %s: less=%v greater=%v equal=%v, want exactly one", a, b, lt, gt, eq)
+			}
+			if (i < j) != lt {
+				t.Errorf("%s < %s: got %v, want %v", a, b, lt, i < j)
+			}
+		}
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	type doc struct {
+		Addr Instance    `json:"addr"`
+		Res  AbsResource `json:"res"`
+		Mod  Module      `json:"mod"`
+	}
+	in := doc{
+		Addr: MustParseInstance(`module.segment["red"].sysbox_node.target[1]`),
+		Res:  MustParseInstance(`module.x.sysbox_node.y`).ContainingResource(),
+		Mod:  Module{{Name: "a", Key: StringKey("b")}},
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"addr":"module.segment[\"red\"].sysbox_node.target[1]","res":"module.x.sysbox_node.y","mod":"module.a[\"b\"]"}`
+	if string(b) != want {
+		t.Errorf("json: got %s, want %s", b, want)
+	}
+	var out doc
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !out.Addr.Equal(in.Addr) || !out.Res.Equal(in.Res) || !out.Mod.Equal(in.Mod) {
+		t.Errorf("round trip: got %+v, want %+v", out, in)
+	}
+	if err := json.Unmarshal([]byte(`{"addr":"sysbox_node.[0]"}`), &out); err == nil {
+		t.Error("malformed address in JSON: got nil error, want one")
+	}
+}
+
+func TestImmutability(t *testing.T) {
+	steps := []ModuleStep{{Name: "a"}}
+	m := NewModule(steps...)
+	steps[0].Name = "changed"
+	if m[0].Name != "a" {
+		t.Errorf("NewModule shares its argument: got %q, want %q", m[0].Name, "a")
+	}
+	base := Module{{Name: "a"}}
+	c1 := base.Child("b", NoKey)
+	c2 := c1.Child("c", NoKey)
+	c3 := c1.Child("d", NoKey)
+	if c2.String() != "module.a.module.b.module.c" || c3.String() != "module.a.module.b.module.d" {
+		t.Errorf("Child shares backing arrays: got %s and %s", c2, c3)
+	}
+	a := MustParseInstance(`module.a.sysbox_node.x`)
+	r := a.ContainingResource()
+	r.Module[0].Name = "z"
+	if a.String() != `module.a.sysbox_node.x` {
+		t.Errorf("ContainingResource shares the module: got %s", a)
+	}
+}
+
+func TestParseModuleAndResource(t *testing.T) {
+	m, err := ParseModule(`module.a["x"].module.b[3]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.String(), `module.a["x"].module.b[3]`; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+	if root, err := ParseModule(""); err != nil || !root.IsRoot() {
+		t.Errorf(`ParseModule(""): got %v, %v, want root`, root, err)
+	}
+	if _, err := ParseModule(`module.a.sysbox_node.b`); err == nil {
+		t.Error("ParseModule of a resource: got nil error")
+	}
+	if _, err := ParseAbsResource(`sysbox_node.b[0]`); err == nil {
+		t.Error("ParseAbsResource of an instance: got nil error")
+	}
+	r, err := ParseAbsResource(`module.a.sysbox_node.b`)
+	if err != nil || r.String() != `module.a.sysbox_node.b` {
+		t.Errorf("ParseAbsResource: got %v, %v", r, err)
+	}
+}
+
+func TestTargetContainsAndMove(t *testing.T) {
+	inst := MustParseInstance(`module.seg["red"].module.inner.sysbox_node.web[1]`)
+	tests := []struct {
+		target string
+		want   bool
+	}{
+		{`module.seg["red"]`, true},
+		{`module.seg["blue"]`, false},
+		{`module.seg["red"].module.inner`, true},
+		{`module.seg["red"].module.inner.sysbox_node.web`, true},
+		{`module.seg["red"].module.inner.sysbox_node.web[1]`, true},
+		{`module.seg["red"].module.inner.sysbox_node.web[0]`, false},
+		{`sysbox_node.web`, false},
+	}
+	for _, tt := range tests {
+		tg, err := ParseTarget(tt.target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tg.Contains(inst); got != tt.want {
+			t.Errorf("%s contains %s: got %v, want %v", tt.target, inst, got, tt.want)
+		}
+		if tg.String() != tt.target {
+			t.Errorf("Target.String: got %s, want %s", tg, tt.target)
+		}
+	}
+
+	moves := []struct {
+		from, to, want string
+		ok             bool
+	}{
+		{`module.seg["red"]`, `module.seg["green"]`, `module.seg["green"].module.inner.sysbox_node.web[1]`, true},
+		{`module.seg["red"].module.inner.sysbox_node.web`, `sysbox_node.front`, `sysbox_node.front[1]`, true},
+		{`module.seg["red"].module.inner.sysbox_node.web[1]`, `sysbox_node.solo`, `sysbox_node.solo`, false}, // kinds differ
+		{`module.seg["red"].module.inner.sysbox_node.web[1]`, `sysbox_node.solo[0]`, `sysbox_node.solo[0]`, true},
+		{`module.seg["red"].module.inner.sysbox_node.web`, `sysbox_router.x`, ``, false},
+	}
+	for _, mv := range moves {
+		from, _ := ParseTarget(mv.from)
+		to, _ := ParseTarget(mv.to)
+		got, ok := Move(inst, from, to)
+		if ok != mv.ok || (ok && got.String() != mv.want) {
+			t.Errorf("Move(%s -> %s): got %s, %v, want %s, %v", mv.from, mv.to, got, ok, mv.want, mv.ok)
+		}
+	}
+	a, _ := ParseTarget(`module.a`)
+	b, _ := ParseTarget(`module.a.module.b`)
+	if err := CheckMove(a, b); err == nil {
+		t.Error("CheckMove into itself: got nil error")
+	}
+	n, _ := ParseTarget(`sysbox_node.a`)
+	r, _ := ParseTarget(`sysbox_router.a`)
+	if err := CheckMove(n, r); err == nil {
+		t.Error("CheckMove across types: got nil error")
+	}
+}
+
+func FuzzParseInstance(f *testing.F) {
+	for _, s := range []string{
+		`sysbox_node.web`, `sysbox_node.web[0]`, `sysbox_node.web["blue"]`,
+		`data.sysbox_artifact.kernel`, `module.lab.sysbox_network.dmz`,
+		`module.segment["red"].sysbox_node.target[1]`, `sysbox_node.web["\u00e9\n\"x"]`,
+		`module.a[0].module.b["]"].sysbox_node.c["["]`, `sysbox_node.web[01]`, `module.`, ``,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseInstance(s)
+		if err != nil {
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.Offset < 0 || pe.Offset > len(s) {
+				t.Fatalf("ParseInstance(%q): error %v is not a ParseError with an offset in range", s, err)
+			}
+			return
+		}
+		out := a.String()
+		b, err := ParseInstance(out)
+		if err != nil {
+			t.Fatalf("ParseInstance(String(ParseInstance(%q))) = %q: %v", s, out, err)
+		}
+		if !b.Equal(a) || b.String() != out || b.UniqueKey() != a.UniqueKey() {
+			t.Fatalf("round trip of %q: got %q, want %q", s, b, out)
+		}
+	})
+}
