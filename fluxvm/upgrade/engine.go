@@ -1,0 +1,629 @@
+package upgrade
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"zyvor.dev/sysbox/fluxvm/bpfmap"
+	"zyvor.dev/sysbox/fluxvm/evidence"
+	"zyvor.dev/sysbox/internal/argv"
+	"zyvor.dev/sysbox/internal/durable"
+)
+
+// Errors the CLI maps to exit codes.
+var (
+	ErrPlanModified      = errors.New("plan modified since the transaction began")
+	ErrTransactionExists = errors.New("transaction already exists")
+	ErrNoTransaction     = errors.New("no such transaction")
+	ErrAlreadyCommitted  = errors.New("transaction already committed")
+	ErrProbeFailed       = errors.New("probe failed")
+)
+
+// PlanModifiedError carries both hashes (F3).
+type PlanModifiedError struct {
+	TransactionID string
+	Begun, Now    string
+}
+
+func (e *PlanModifiedError) Error() string {
+	return fmt.Sprintf("transaction %s: %v: began with plan sha256 %s, this plan is sha256 %s", e.TransactionID, ErrPlanModified, e.Begun, e.Now)
+}
+
+func (e *PlanModifiedError) Unwrap() error { return ErrPlanModified }
+
+// MaxHookOutput bounds each captured stream of a hook.
+const MaxHookOutput = 256 << 10
+
+// Engine runs upgrade transactions. Fields are set once and not changed while it runs.
+type Engine struct {
+	Store  bpfmap.Store
+	Runner argv.Runner
+	// Progress receives human progress lines; nil for none (e.g. not a TTY).
+	Progress io.Writer
+	// Now returns the current time (UTC); nil means time.Now.
+	Now func() time.Time
+	// AfterRecord, when set, is called with each record's Key() right after it was synced.
+	// The crash harness uses it (test builds only) to SIGKILL the process at that point.
+	AfterRecord func(key string)
+	// Signer signs EVIDENCE.sha256; nil means evidence.SSHKeygen.
+	Signer evidence.Signer
+	// CheckBPFFS makes Probe require bpffs_root to be a bpf filesystem (off with the fake store).
+	CheckBPFFS  bool
+	ToolVersion string
+}
+
+// Result is how a transaction ended (or stands).
+type Result struct {
+	TransactionID string `json:"transaction_id"`
+	Dir           string `json:"dir"`
+	State         string `json:"state"`
+	Reason        string `json:"reason,omitempty"`
+	PlanSHA256    string `json:"plan_sha256"`
+}
+
+func (e *Engine) now() time.Time {
+	if e.Now != nil {
+		return e.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (e *Engine) progressf(format string, args ...any) {
+	if e.Progress != nil {
+		fmt.Fprintf(e.Progress, format+"\n", args...)
+	}
+}
+
+// TxDir is the plan's transaction directory.
+func TxDir(p *Plan) string { return filepath.Join(p.StateDir, p.TransactionID) }
+
+// LockPath is the transaction's lock file; it lives beside the directory and is never unlinked.
+func LockPath(stateDir, txID string) string { return filepath.Join(stateDir, txID+".lock") }
+
+// tx is one transaction being driven by this process, holding its lock.
+type tx struct {
+	e    *Engine
+	plan *Plan
+	dir  string
+	lock *durable.FileLock
+	log  *durable.Log
+	view *txView
+}
+
+func (e *Engine) open(p *Plan) (*tx, error) {
+	if err := durable.MkdirAll(p.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("transaction %s: state dir: %w", p.TransactionID, err)
+	}
+	lock, err := durable.Lock(LockPath(p.StateDir, p.TransactionID))
+	if err != nil {
+		return nil, fmt.Errorf("transaction %s: %w", p.TransactionID, err)
+	}
+	t := &tx{e: e, plan: p, dir: TxDir(p), lock: lock}
+	evs, err := ReadJournal(t.dir)
+	if err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("transaction %s: %w", p.TransactionID, err)
+	}
+	t.view = replay(evs)
+	return t, nil
+}
+
+func (t *tx) close() {
+	if t.log != nil {
+		t.log.Close()
+	}
+	t.lock.Unlock()
+}
+
+func (t *tx) appendEvent(ev Event) error {
+	if t.log == nil {
+		l, err := durable.OpenLog(filepath.Join(t.dir, JournalFile))
+		if err != nil {
+			return fmt.Errorf("transaction %s: %w", t.plan.TransactionID, err)
+		}
+		t.log = l
+	}
+	ev.Seq = len(t.view.events) + 1
+	ev.Time = t.e.now()
+	if err := t.log.Append(journalKind, journalVersion, ev); err != nil {
+		return fmt.Errorf("transaction %s: journal: %w", t.plan.TransactionID, err)
+	}
+	t.view = replay(append(t.view.events, ev))
+	if t.e.AfterRecord != nil {
+		t.e.AfterRecord(ev.Key())
+	}
+	return nil
+}
+
+func (t *tx) checkHash() error {
+	if t.view.begin != nil && t.view.begin.PlanSHA256 != t.plan.SHA256 {
+		return &PlanModifiedError{TransactionID: t.plan.TransactionID, Begun: t.view.begin.PlanSHA256, Now: t.plan.SHA256}
+	}
+	return nil
+}
+
+func (t *tx) result() Result {
+	r := Result{TransactionID: t.plan.TransactionID, Dir: t.dir, State: t.view.state(), PlanSHA256: t.plan.SHA256}
+	if t.view.end != nil {
+		r.Reason = t.view.end.Reason
+	}
+	return r
+}
+
+// Run begins a new transaction and drives it to a terminal state. It refuses an existing
+// transaction (use Resume) and a plan whose live probe fails.
+func (e *Engine) Run(ctx context.Context, p *Plan) (Result, error) {
+	t, err := e.open(p)
+	if err != nil {
+		return Result{}, err
+	}
+	defer t.close()
+	if t.view.begin != nil {
+		return t.result(), fmt.Errorf("transaction %s (%s): %w; use resume, rollback or status", p.TransactionID, t.view.state(), ErrTransactionExists)
+	}
+	rep := e.Probe(ctx, p)
+	if !rep.OK {
+		return Result{}, fmt.Errorf("transaction %s: %w:\n%s", p.TransactionID, ErrProbeFailed, rep.Problems())
+	}
+	if err := t.begin(); err != nil {
+		return t.result(), err
+	}
+	return t.drive(ctx)
+}
+
+// Resume continues a transaction exactly where its journal stops (F15).
+func (e *Engine) Resume(ctx context.Context, p *Plan) (Result, error) {
+	t, err := e.open(p)
+	if err != nil {
+		return Result{}, err
+	}
+	defer t.close()
+	if err := t.checkHash(); err != nil {
+		return t.result(), err
+	}
+	if t.view.begin == nil {
+		if _, err := os.Stat(filepath.Join(t.dir, JournalFile)); err != nil {
+			return Result{}, fmt.Errorf("transaction %s: %w in %s", p.TransactionID, ErrNoTransaction, p.StateDir)
+		}
+		// Crashed before the begin record was synced: nothing ran yet.
+		if err := t.begin(); err != nil {
+			return t.result(), err
+		}
+	}
+	return t.drive(ctx)
+}
+
+// Rollback rolls back a transaction from any non-terminal point (F13). A rolled-back or
+// manual-intervention transaction is only finalized again; a committed one is refused.
+func (e *Engine) Rollback(ctx context.Context, p *Plan, reason string) (Result, error) {
+	t, err := e.open(p)
+	if err != nil {
+		return Result{}, err
+	}
+	defer t.close()
+	return t.rollbackNow(ctx, reason)
+}
+
+func (t *tx) rollbackNow(ctx context.Context, reason string) (Result, error) {
+	p := t.plan
+	if err := t.checkHash(); err != nil {
+		return t.result(), err
+	}
+	if t.view.begin == nil {
+		return Result{}, fmt.Errorf("transaction %s: %w in %s", p.TransactionID, ErrNoTransaction, p.StateDir)
+	}
+	if t.view.end != nil {
+		if t.view.end.State == StateCommitted {
+			return t.result(), fmt.Errorf("transaction %s: %w; start a new transaction to downgrade", p.TransactionID, ErrAlreadyCommitted)
+		}
+		return t.drive(ctx)
+	}
+	if t.view.rollback == nil {
+		if err := t.appendEvent(Event{Type: EvRollbackBegin, Reason: reason}); err != nil {
+			return t.result(), err
+		}
+	}
+	return t.drive(ctx)
+}
+
+func (t *tx) begin() error {
+	p := t.plan
+	if err := durable.MkdirAll(t.dir, 0o700); err != nil {
+		return fmt.Errorf("transaction %s: %w", p.TransactionID, err)
+	}
+	if err := durable.WriteFile(filepath.Join(t.dir, PlanFile), p.Source, 0o600); err != nil {
+		return fmt.Errorf("transaction %s: %w", p.TransactionID, err)
+	}
+	names := make([]string, len(p.Components))
+	for i, c := range p.Components {
+		names[i] = c.Name
+	}
+	return t.appendEvent(Event{Type: EvBegin, TransactionID: p.TransactionID, PlanSHA256: p.SHA256, ToolVersion: t.e.ToolVersion, Components: names})
+}
+
+// drive moves the transaction forward from wherever the journal says it is.
+func (t *tx) drive(ctx context.Context) (Result, error) {
+	if t.view.end == nil && t.view.rollback == nil {
+		if err := t.forward(ctx); err != nil {
+			return t.result(), err
+		}
+	}
+	if t.view.end == nil && t.view.rollback != nil {
+		if err := t.rollbackPhase(ctx); err != nil {
+			return t.result(), err
+		}
+	}
+	if err := t.finalize(ctx); err != nil {
+		return t.result(), err
+	}
+	return t.result(), nil
+}
+
+// forward runs the forward steps (F12). A step failure starts the rollback phase; an error
+// return means the journal could not be written (the process must stop: nothing is claimed).
+func (t *tx) forward(ctx context.Context) error {
+	for ci := range t.plan.Components {
+		c := &t.plan.Components[ci]
+		for _, step := range ForwardSteps {
+			st := t.view.step(false, c.Name, step)
+			if st.Done {
+				continue
+			}
+			if st.Failed {
+				return t.appendEvent(Event{Type: EvRollbackBegin, Reason: fmt.Sprintf("component %s: %s failed: %s", c.Name, step, st.Error)})
+			}
+			if st.inDoubt() && step == StepApply {
+				// The apply hook may have run partly; running it again is not known to be safe.
+				msg := "interrupted (process died while apply was in progress); not re-running a non-idempotent step"
+				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: st.Attempts, Error: msg}); err != nil {
+					return err
+				}
+				return t.appendEvent(Event{Type: EvRollbackBegin, Reason: fmt.Sprintf("component %s: apply interrupted", c.Name)})
+			}
+			attempt := st.Attempts + 1
+			if err := t.appendEvent(Event{Type: EvStepStart, Component: c.Name, Step: step, Attempt: attempt}); err != nil {
+				return err
+			}
+			t.e.progressf("%s: %s ...", c.Name, step)
+			detail, stepErr := t.runForward(ctx, c, step, attempt)
+			if stepErr != nil {
+				t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
+				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
+					return err
+				}
+				return t.appendEvent(Event{Type: EvRollbackBegin, Reason: fmt.Sprintf("component %s: %s failed: %v", c.Name, step, stepErr)})
+			}
+			if err := t.appendEvent(Event{Type: EvStepDone, Component: c.Name, Step: step, Attempt: attempt, Detail: detail}); err != nil {
+				return err
+			}
+		}
+	}
+	return t.appendEvent(Event{Type: EvEnd, State: StateCommitted})
+}
+
+func (t *tx) runForward(ctx context.Context, c *Component, step string, attempt int) (json.RawMessage, error) {
+	switch step {
+	case StepPreflight:
+		if err := c.StateABI.Check(); err != nil {
+			return nil, fmt.Errorf("component %s: %w", c.Name, err)
+		}
+		return nil, t.runHook(ctx, c, step, c.Hooks.Preflight, attempt)
+	case StepSnapshot:
+		return t.snapshot(ctx, c)
+	case StepApply:
+		return nil, t.runHook(ctx, c, step, c.Hooks.Apply, attempt)
+	case StepRestore:
+		return t.restoreMaps(ctx, c, false)
+	case StepHealth:
+		return nil, t.runHook(ctx, c, step, c.Hooks.Health, attempt)
+	}
+	return nil, fmt.Errorf("unknown step %s", step)
+}
+
+// needsRollback: a component is rolled back once its apply hook has started (F13 includes the
+// failed component).
+func (t *tx) needsRollback(c *Component) bool {
+	return t.view.step(false, c.Name, StepApply).Attempts > 0
+}
+
+// rollbackPhase rolls back applied components in reverse order. Rollback steps are re-run after a
+// crash (rollback hooks must be idempotent); a failed one leaves the component for an operator.
+func (t *tx) rollbackPhase(ctx context.Context) error {
+	var failures []string
+	for ci := len(t.plan.Components) - 1; ci >= 0; ci-- {
+		c := &t.plan.Components[ci]
+		if !t.needsRollback(c) {
+			continue
+		}
+		for _, step := range RollbackSteps {
+			if step == StepRollbackHealth && c.Hooks.RollbackHealth == nil {
+				continue
+			}
+			st := t.view.step(true, c.Name, step)
+			if st.Done {
+				continue
+			}
+			if st.Failed {
+				failures = append(failures, fmt.Sprintf("component %s: %s: %s", c.Name, step, st.Error))
+				if step == StepRollback {
+					break // old programs and pins may be missing: do not restore into them
+				}
+				continue
+			}
+			if step == StepRollbackHealth && t.componentRollbackFailed(c) {
+				continue
+			}
+			attempt := st.Attempts + 1
+			if err := t.appendEvent(Event{Type: EvStepStart, Component: c.Name, Step: step, Attempt: attempt}); err != nil {
+				return err
+			}
+			t.e.progressf("%s: %s ...", c.Name, step)
+			detail, stepErr := t.runRollbackStep(ctx, c, step, attempt)
+			if stepErr != nil {
+				t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
+				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
+					return err
+				}
+				failures = append(failures, fmt.Sprintf("component %s: %s: %v", c.Name, step, stepErr))
+				if step == StepRollback {
+					break
+				}
+				continue
+			}
+			if err := t.appendEvent(Event{Type: EvStepDone, Component: c.Name, Step: step, Attempt: attempt, Detail: detail}); err != nil {
+				return err
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return t.appendEvent(Event{Type: EvEnd, State: StateManualIntervention, Reason: "rollback did not complete: " + strings.Join(failures, "; ") + " (after: " + t.view.rollback.Reason + ")"})
+	}
+	return t.appendEvent(Event{Type: EvEnd, State: StateRolledBack, Reason: t.view.rollback.Reason})
+}
+
+func (t *tx) componentRollbackFailed(c *Component) bool {
+	for _, s := range RollbackSteps {
+		if t.view.step(true, c.Name, s).Failed {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *tx) runRollbackStep(ctx context.Context, c *Component, step string, attempt int) (json.RawMessage, error) {
+	switch step {
+	case StepRollback:
+		return nil, t.runHook(ctx, c, step, c.Hooks.Rollback, attempt)
+	case StepRestoreFiles:
+		return t.restoreFiles(c)
+	case StepRestoreMaps:
+		return t.restoreMaps(ctx, c, true)
+	case StepRollbackHealth:
+		return nil, t.runHook(ctx, c, step, c.Hooks.RollbackHealth, attempt)
+	}
+	return nil, fmt.Errorf("unknown step %s", step)
+}
+
+func (t *tx) snapshotDir(c *Component) string { return filepath.Join(t.dir, "snapshots", c.Name) }
+
+// hookEnv is the environment a hook sees (F6).
+func (t *tx) hookEnv(c *Component, step string, attempt int) []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"LANG=C.UTF-8",
+		"FLUXVM_TRANSACTION_ID=" + t.plan.TransactionID,
+		"FLUXVM_TRANSACTION_DIR=" + t.dir,
+		"FLUXVM_PLAN_SHA256=" + t.plan.SHA256,
+		"FLUXVM_COMPONENT=" + c.Name,
+		"FLUXVM_STEP=" + step,
+		"FLUXVM_ATTEMPT=" + fmt.Sprint(attempt),
+		"FLUXVM_SNAPSHOT_DIR=" + t.snapshotDir(c),
+		"FLUXVM_BPFFS_ROOT=" + t.plan.BPFFSRoot,
+		"FLUXVM_STATE_DIR=" + t.plan.StateDir,
+	}
+}
+
+// runHook runs one hook and durably writes its bounded log to logs/<component>.<step>.<attempt>.log.
+func (t *tx) runHook(ctx context.Context, c *Component, step string, h *Hook, attempt int) error {
+	if h == nil {
+		return nil
+	}
+	logDir := filepath.Join(t.dir, "logs")
+	if err := durable.MkdirAll(logDir, 0o700); err != nil {
+		return err
+	}
+	res, runErr := t.e.Runner.Run(ctx, argv.Cmd{
+		Argv:      h.Argv,
+		Env:       t.hookEnv(c, step, attempt),
+		Dir:       "/",
+		Timeout:   h.Timeout,
+		MaxOutput: MaxHookOutput,
+	})
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# argv: %s\n# step: %s attempt %d\n# exit code: %d  duration: %s  truncated: %v  timed out: %v\n",
+		argv.Quote(h.Argv), step, attempt, res.ExitCode, res.Duration.Round(time.Millisecond), res.Truncated, res.TimedOut)
+	if runErr != nil {
+		fmt.Fprintf(&b, "# error: %v\n", runErr)
+	}
+	fmt.Fprintf(&b, "# --- stdout (%d bytes) ---\n", len(res.Stdout))
+	b.Write(res.Stdout)
+	fmt.Fprintf(&b, "\n# --- stderr (%d bytes) ---\n", len(res.Stderr))
+	b.Write(res.Stderr)
+	logPath := filepath.Join(logDir, fmt.Sprintf("%s.%s.%d.log", c.Name, step, attempt))
+	if err := durable.WriteFile(logPath, b.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("component %s: %s hook log: %w", c.Name, step, err)
+	}
+	if runErr != nil {
+		return fmt.Errorf("component %s: %s hook: %w", c.Name, step, runErr)
+	}
+	return nil
+}
+
+// MapReport is what happened to one map in a step.
+type MapReport struct {
+	Map      string                `json:"map"`
+	Pin      string                `json:"pin"`
+	Policy   bpfmap.Policy         `json:"policy"`
+	Snapshot *bpfmap.SnapshotInfo  `json:"snapshot,omitempty"`
+	Restore  *bpfmap.RestoreReport `json:"restore,omitempty"`
+}
+
+type snapshotDetail struct {
+	Files []FileSnapshot `json:"files,omitempty"`
+	Maps  []MapReport    `json:"maps,omitempty"`
+}
+
+func (t *tx) mapSnapshotPath(c *Component, m *Map) string {
+	return filepath.Join(t.snapshotDir(c), "maps", m.Name+".snap")
+}
+
+// snapshot captures declared files and maps before apply (F12). Re-running it after a crash
+// rewrites the same snapshot files: apply has not started, so the live state is still the old one.
+func (t *tx) snapshot(ctx context.Context, c *Component) (json.RawMessage, error) {
+	var d snapshotDetail
+	if len(c.Files) > 0 {
+		fs, err := snapshotFiles(filepath.Join(t.snapshotDir(c), "files"), c.Files)
+		if err != nil {
+			return nil, fmt.Errorf("component %s: %w", c.Name, err)
+		}
+		d.Files = fs
+	}
+	if len(c.Maps) > 0 {
+		if err := durable.MkdirAll(filepath.Join(t.snapshotDir(c), "maps"), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	for i := range c.Maps {
+		m := &c.Maps[i]
+		spec := t.plan.Spec(c, m)
+		si, err := t.e.Store.Snapshot(ctx, spec, t.mapSnapshotPath(c, m), t.mapProgress(c, m, "snapshot"))
+		if err != nil {
+			return mustJSON(d), fmt.Errorf("component %s: map %s: snapshot: %w", c.Name, m.Name, err)
+		}
+		si.Path = relTo(t.dir, si.Path)
+		d.Maps = append(d.Maps, MapReport{Map: m.Name, Pin: m.Pin, Policy: m.Policy, Snapshot: &si})
+	}
+	return mustJSON(d), nil
+}
+
+func (t *tx) mapProgress(c *Component, m *Map, what string) bpfmap.Progress {
+	if t.e.Progress == nil {
+		return nil
+	}
+	last := time.Time{}
+	return func(done, total int64) {
+		if time.Since(last) > 500*time.Millisecond || done == total {
+			last = time.Now()
+			t.e.progressf("%s: map %s: %s %d/%d entries", c.Name, m.Name, what, done, total)
+		}
+	}
+}
+
+// restoreMaps replays declared map state from the pre-apply snapshots (F10, F12) — the same
+// restore on the success path and on rollback.
+func (t *tx) restoreMaps(ctx context.Context, c *Component, rollback bool) (json.RawMessage, error) {
+	var reps []MapReport
+	var errs []error
+	for i := range c.Maps {
+		m := &c.Maps[i]
+		spec := t.plan.Spec(c, m)
+		rep, err := t.e.Store.Restore(ctx, spec, t.mapSnapshotPath(c, m), t.mapProgress(c, m, "restore"))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("component %s: map %s: restore: %w", c.Name, m.Name, err))
+			if !rollback {
+				break
+			}
+			continue
+		}
+		reps = append(reps, MapReport{Map: m.Name, Pin: m.Pin, Policy: m.Policy, Restore: &rep})
+	}
+	return mustJSON(reps), errors.Join(errs...)
+}
+
+func (t *tx) restoreFiles(c *Component) (json.RawMessage, error) {
+	if len(c.Files) == 0 {
+		return nil, nil
+	}
+	fs, err := restoreFiles(filepath.Join(t.snapshotDir(c), "files"), c.Files)
+	if err != nil {
+		return mustJSON(fs), fmt.Errorf("component %s: %w", c.Name, err)
+	}
+	return mustJSON(fs), nil
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(fmt.Sprintf("%q", err.Error()))
+	}
+	return b
+}
+
+func relTo(dir, p string) string {
+	if r, err := filepath.Rel(dir, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}
+
+// finalize writes journal.final.json, EVIDENCE.sha256 and (with signing) the signature once the
+// journal has its end record. It is idempotent: after a crash it simply runs again.
+func (t *tx) finalize(ctx context.Context) error {
+	if t.view.end == nil {
+		return nil
+	}
+	evPath := filepath.Join(t.dir, evidence.ManifestFile)
+	sigPath := filepath.Join(t.dir, evidence.SignatureFile)
+	_, manErr := os.Stat(evPath)
+	_, sigErr := os.Stat(sigPath)
+	if manErr == nil && (t.plan.Signing == nil || sigErr == nil) {
+		return nil
+	}
+	st := buildStatus(t.dir, t.view, t.plan.Components)
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := durable.WriteFile(filepath.Join(t.dir, FinalFile), append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("transaction %s: %w", t.plan.TransactionID, err)
+	}
+	if t.e.AfterRecord != nil {
+		t.e.AfterRecord("final:" + FinalFile)
+	}
+	if _, err := evidence.Write(t.dir); err != nil {
+		return fmt.Errorf("transaction %s: %w", t.plan.TransactionID, err)
+	}
+	if t.e.AfterRecord != nil {
+		t.e.AfterRecord("final:" + evidence.ManifestFile)
+	}
+	if s := t.plan.Signing; s != nil {
+		signer := t.e.Signer
+		if signer == nil {
+			signer = evidence.SSHKeygen{Runner: t.e.Runner}
+		}
+		if err := signer.Sign(ctx, t.dir, s.SSHPrivateKey, s.Namespace); err != nil {
+			return fmt.Errorf("transaction %s: sign evidence: %w", t.plan.TransactionID, err)
+		}
+	}
+	return nil
+}
+
+// componentNames lists names in plan order.
+func componentNames(cs []Component) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return out
+}
+
+var _ = slices.Contains[[]string]

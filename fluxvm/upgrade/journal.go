@@ -1,0 +1,195 @@
+package upgrade
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"zyvor.dev/sysbox/internal/durable"
+)
+
+// Journal record format.
+const (
+	journalKind    = "fluxvm-upgrade-journal"
+	journalVersion = 1
+	JournalFile    = "journal.log"
+	FinalFile      = "journal.final.json"
+	PlanFile       = "plan.json"
+)
+
+// Event types.
+const (
+	EvBegin         = "begin"
+	EvStepStart     = "step-start"
+	EvStepDone      = "step-done"
+	EvStepFailed    = "step-failed"
+	EvRollbackBegin = "rollback-begin"
+	EvEnd           = "end"
+)
+
+// Forward and rollback steps, in order (F12, F13).
+const (
+	StepPreflight      = "preflight"
+	StepSnapshot       = "snapshot"
+	StepApply          = "apply"
+	StepRestore        = "restore"
+	StepHealth         = "health"
+	StepRollback       = "rollback"
+	StepRestoreFiles   = "restore-files"
+	StepRestoreMaps    = "restore-maps"
+	StepRollbackHealth = "rollback-health"
+)
+
+var (
+	ForwardSteps  = []string{StepPreflight, StepSnapshot, StepApply, StepRestore, StepHealth}
+	RollbackSteps = []string{StepRollback, StepRestoreFiles, StepRestoreMaps, StepRollbackHealth}
+)
+
+// Terminal and running states.
+const (
+	StateRunning            = "running"
+	StateCommitted          = "committed"
+	StateRolledBack         = "rolled-back"
+	StateManualIntervention = "manual-intervention"
+)
+
+// Event is one journal record. A step is acknowledged only once its record is synced.
+type Event struct {
+	Seq       int             `json:"seq"`
+	Time      time.Time       `json:"time"`
+	Type      string          `json:"type"`
+	Component string          `json:"component,omitempty"`
+	Step      string          `json:"step,omitempty"`
+	Attempt   int             `json:"attempt,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Detail    json.RawMessage `json:"detail,omitempty"`
+
+	// begin
+	TransactionID string   `json:"transaction_id,omitempty"`
+	PlanSHA256    string   `json:"plan_sha256,omitempty"`
+	ToolVersion   string   `json:"tool_version,omitempty"`
+	Components    []string `json:"components,omitempty"`
+
+	// rollback-begin, end
+	State  string `json:"state,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Key names the record for failpoints and tests: "begin", "step-start:web:apply",
+// "rollback-begin", "end".
+func (e Event) Key() string {
+	switch e.Type {
+	case EvStepStart, EvStepDone, EvStepFailed:
+		return e.Type + ":" + e.Component + ":" + e.Step
+	}
+	return e.Type
+}
+
+// ErrJournalCorrupt marks a journal that cannot be trusted (torn tail, bad checksum, gap).
+var ErrJournalCorrupt = errors.New("journal is corrupt; not trusting it")
+
+// ReadJournal returns every record of the transaction directory's journal. A torn or corrupt
+// journal is an error wrapping ErrJournalCorrupt and durable.ErrCorrupt.
+func ReadJournal(txDir string) ([]Event, error) {
+	path := filepath.Join(txDir, JournalFile)
+	var evs []Event
+	_, err := durable.ReadLog(path, journalKind, journalVersion, func(_ int, raw json.RawMessage) error {
+		var ev Event
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return err
+		}
+		if ev.Seq != len(evs)+1 {
+			return fmt.Errorf("sequence %d, want %d", ev.Seq, len(evs)+1)
+		}
+		evs = append(evs, ev)
+		return nil
+	})
+	if err != nil {
+		return evs, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
+	}
+	return evs, nil
+}
+
+// stepKey identifies a step of a component in one phase.
+type stepKey struct {
+	rollback  bool
+	component string
+	step      string
+}
+
+// stepStatus is what the journal says about one step.
+type stepStatus struct {
+	Attempts int
+	Started  time.Time
+	Finished time.Time
+	Done     bool
+	Failed   bool
+	Error    string
+	Detail   json.RawMessage
+}
+
+func (s *stepStatus) inDoubt() bool { return s.Attempts > 0 && !s.Done && !s.Failed }
+
+// txView is the transaction as the journal describes it.
+type txView struct {
+	events       []Event
+	begin        *Event
+	rollback     *Event
+	end          *Event
+	steps        map[stepKey]*stepStatus
+	lastTime     time.Time
+	firstFailure string
+}
+
+func replay(evs []Event) *txView {
+	v := &txView{events: evs, steps: map[stepKey]*stepStatus{}}
+	for i := range evs {
+		ev := &evs[i]
+		v.lastTime = ev.Time
+		switch ev.Type {
+		case EvBegin:
+			v.begin = ev
+		case EvRollbackBegin:
+			v.rollback = ev
+		case EvEnd:
+			v.end = ev
+		case EvStepStart, EvStepDone, EvStepFailed:
+			k := stepKey{rollback: v.rollback != nil, component: ev.Component, step: ev.Step}
+			s := v.steps[k]
+			if s == nil {
+				s = &stepStatus{}
+				v.steps[k] = s
+			}
+			switch ev.Type {
+			case EvStepStart:
+				s.Attempts++
+				s.Started, s.Done, s.Failed, s.Error, s.Finished = ev.Time, false, false, "", time.Time{}
+			case EvStepDone:
+				s.Done, s.Finished, s.Detail = true, ev.Time, ev.Detail
+			case EvStepFailed:
+				s.Failed, s.Finished, s.Error, s.Detail = true, ev.Time, ev.Error, ev.Detail
+				if v.firstFailure == "" && v.rollback == nil {
+					v.firstFailure = fmt.Sprintf("component %s: %s: %s", ev.Component, ev.Step, ev.Error)
+				}
+			}
+		}
+	}
+	return v
+}
+
+func (v *txView) step(rollback bool, component, step string) *stepStatus {
+	if s := v.steps[stepKey{rollback, component, step}]; s != nil {
+		return s
+	}
+	return &stepStatus{}
+}
+
+// state is the transaction's state by the journal.
+func (v *txView) state() string {
+	if v.end != nil {
+		return v.end.State
+	}
+	return StateRunning
+}

@@ -1,0 +1,142 @@
+package upgrade
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"zyvor.dev/sysbox/fluxvm/evidence"
+)
+
+// Status is the `status --json` object and the content of journal.final.json.
+type Status struct {
+	FormatVersion int               `json:"format_version"`
+	ToolVersion   string            `json:"tool_version,omitempty"`
+	TransactionID string            `json:"transaction_id"`
+	PlanSHA256    string            `json:"plan_sha256"`
+	State         string            `json:"state"`
+	Phase         string            `json:"phase"` // forward | rolling-back | done
+	Reason        string            `json:"reason,omitempty"`
+	BeganAt       string            `json:"began_at,omitempty"`
+	UpdatedAt     string            `json:"updated_at,omitempty"`
+	EndedAt       string            `json:"ended_at,omitempty"`
+	Records       int               `json:"journal_records"`
+	Components    []ComponentStatus `json:"components"`
+	Evidence      *EvidenceStatus   `json:"evidence,omitempty"`
+}
+
+// ComponentStatus lists a component's steps in execution order.
+type ComponentStatus struct {
+	Name  string       `json:"name"`
+	Steps []StepStatus `json:"steps"`
+}
+
+// StepStatus is one step's outcome: pending, running (started, not finished — in doubt after a
+// crash), done, failed or skipped.
+type StepStatus struct {
+	Step       string          `json:"step"`
+	Phase      string          `json:"phase"` // forward | rollback
+	Outcome    string          `json:"outcome"`
+	Attempts   int             `json:"attempts,omitempty"`
+	StartedAt  string          `json:"started_at,omitempty"`
+	FinishedAt string          `json:"finished_at,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Detail     json.RawMessage `json:"detail,omitempty"`
+}
+
+// EvidenceStatus says whether the evidence files are present (not whether they verify).
+type EvidenceStatus struct {
+	Manifest  bool `json:"manifest"`
+	Signature bool `json:"signature"`
+}
+
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// buildStatus derives the status from the journal. It is deterministic in the journal, so
+// journal.final.json is the same however often finalization runs.
+func buildStatus(dir string, v *txView, comps []Component) *Status {
+	s := &Status{FormatVersion: 1, State: v.state(), Records: len(v.events), Components: []ComponentStatus{}}
+	switch {
+	case v.end != nil:
+		s.Phase, s.Reason, s.EndedAt = "done", v.end.Reason, ts(v.end.Time)
+	case v.rollback != nil:
+		s.Phase, s.Reason = "rolling-back", v.rollback.Reason
+	default:
+		s.Phase = "forward"
+	}
+	if v.begin != nil {
+		s.TransactionID, s.PlanSHA256, s.BeganAt, s.ToolVersion = v.begin.TransactionID, v.begin.PlanSHA256, ts(v.begin.Time), v.begin.ToolVersion
+	}
+	s.UpdatedAt = ts(v.lastTime)
+	for _, c := range comps {
+		cs := ComponentStatus{Name: c.Name}
+		for _, phase := range []bool{false, true} {
+			steps := ForwardSteps
+			if phase {
+				steps = RollbackSteps
+			}
+			for _, step := range steps {
+				st, ok := v.steps[stepKey{phase, c.Name, step}]
+				if phase && !ok {
+					continue // rollback steps are listed only once they ran
+				}
+				ss := StepStatus{Step: step, Phase: "forward", Outcome: "pending"}
+				if phase {
+					ss.Phase = "rollback"
+				}
+				if ok {
+					ss.Attempts, ss.StartedAt, ss.FinishedAt, ss.Error, ss.Detail = st.Attempts, ts(st.Started), ts(st.Finished), st.Error, st.Detail
+					switch {
+					case st.Done:
+						ss.Outcome = "done"
+					case st.Failed:
+						ss.Outcome = "failed"
+					default:
+						ss.Outcome = "running"
+					}
+				} else if v.end != nil || v.rollback != nil {
+					ss.Outcome = "skipped"
+				}
+				cs.Steps = append(cs.Steps, ss)
+			}
+		}
+		s.Components = append(s.Components, cs)
+	}
+	if v.begin != nil && len(comps) == 0 {
+		for _, n := range v.begin.Components {
+			s.Components = append(s.Components, ComponentStatus{Name: n})
+		}
+	}
+	return s
+}
+
+// ReadStatus reads a transaction directory (journal and the plan as begun). A corrupt journal is
+// an error wrapping ErrJournalCorrupt.
+func ReadStatus(txDir string) (*Status, error) {
+	if _, err := os.Stat(filepath.Join(txDir, JournalFile)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", txDir, ErrNoTransaction)
+	}
+	evs, err := ReadJournal(txDir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", txDir, err)
+	}
+	v := replay(evs)
+	var comps []Component
+	if p, err := LoadPlan(filepath.Join(txDir, PlanFile)); err == nil {
+		comps = p.Components
+	}
+	s := buildStatus(txDir, v, comps)
+	_, manErr := os.Stat(filepath.Join(txDir, evidence.ManifestFile))
+	_, sigErr := os.Stat(filepath.Join(txDir, evidence.SignatureFile))
+	s.Evidence = &EvidenceStatus{Manifest: manErr == nil, Signature: sigErr == nil}
+	return s, nil
+}
