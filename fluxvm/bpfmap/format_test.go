@@ -1,0 +1,210 @@
+package bpfmap
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"zyvor.dev/sysbox/internal/durable"
+)
+
+func sampleHeader() *Header {
+	return &Header{
+		Tool: "fluxvm-upgrade test", CreatedAt: time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC),
+		Component: "conntrack", Map: "ct4", Pin: "/sys/fs/bpf/fluxvm/ct4", Policy: Merge,
+		Info: Info{ABI: ABI{Type: "Hash", KeySize: 8, ValueSize: 16, MaxEntries: 1024}, ID: 42, Entries: 3,
+			Generic: true, BootID: "boot-a"},
+		KernelName: "ct4", BootID: "boot-a", MapID: 42, ByteOrder: hostByteOrder(), Method: "batch", Recorded: true,
+	}
+}
+
+// sampleEntries returns n entries of 8+16 bytes split over chunks of at most per entries.
+func sampleEntries(n, per int) (*entryChunks, []byte, []byte) {
+	c := &entryChunks{}
+	var allK, allV []byte
+	for i := 0; i < n; {
+		m := min(per, n-i)
+		var k, v []byte
+		for j := 0; j < m; j++ {
+			kk := make([]byte, 8)
+			binary.LittleEndian.PutUint64(kk, uint64(i+j)*7919)
+			vv := bytes.Repeat([]byte{byte(i + j), byte((i + j) >> 8)}, 8)
+			k, v = append(k, kk...), append(v, vv...)
+		}
+		c.add(k, v, m)
+		allK, allV = append(allK, k...), append(allV, v...)
+		i += m
+	}
+	return c, allK, allV
+}
+
+func encode(t *testing.T, h *Header, c *entryChunks) ([]byte, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	sum, err := writeSnapshot(&buf, h, c)
+	if err != nil {
+		t.Fatalf("writeSnapshot: %v", err)
+	}
+	return buf.Bytes(), sum
+}
+
+func TestSnapshotFormatRoundTrip(t *testing.T) {
+	tests := []struct {
+		name    string
+		entries int
+		per     int
+		meta    bool
+	}{
+		{"empty map", 0, 4, false},
+		{"one entry", 1, 4, false},
+		{"several chunks", 1000, 64, false},
+		{"uneven last chunk", 1001, 64, false},
+		{"metadata only", 0, 1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := sampleHeader()
+			h.Recorded = !tt.meta
+			c, wantK, wantV := sampleEntries(tt.entries, tt.per)
+			data, sum := encode(t, h, c)
+			full := sha256.Sum256(data)
+			if got, want := sum, hex.EncodeToString(full[:]); got != want {
+				t.Errorf("writeSnapshot sum = %s, want sha256 of the file %s", got, want)
+			}
+			sd, err := parseSnapshot(data)
+			if err != nil {
+				t.Fatalf("parseSnapshot: %v", err)
+			}
+			if got, want := sd.Header.Entries, int64(tt.entries); got != want {
+				t.Errorf("entries: got %d, want %d", got, want)
+			}
+			want := *h
+			want.Format, want.Version = SnapshotFormat, SnapshotVersion
+			if d := cmp.Diff(want, sd.Header); d != "" {
+				t.Errorf("header (-want +got):\n%s", d)
+			}
+			if !bytes.Equal(sd.Keys, wantK) || !bytes.Equal(sd.Values, wantV) {
+				t.Errorf("entries differ after round trip: got %d+%d bytes, want %d+%d", len(sd.Keys), len(sd.Values), len(wantK), len(wantV))
+			}
+			if got, want := sd.SHA256, sum; got != want {
+				t.Errorf("parsed sha256 %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+func TestSnapshotTornAtEveryLength(t *testing.T) {
+	c, _, _ := sampleEntries(20, 8)
+	data, _ := encode(t, sampleHeader(), c)
+	for n := 0; n < len(data); n++ {
+		_, err := parseSnapshot(data[:n])
+		if !errors.Is(err, ErrCorruptSnapshot) {
+			t.Fatalf("truncated to %d of %d bytes: got %v, want ErrCorruptSnapshot", n, len(data), err)
+		}
+	}
+}
+
+func TestSnapshotBitFlipAnywhere(t *testing.T) {
+	c, _, _ := sampleEntries(10, 4)
+	data, _ := encode(t, sampleHeader(), c)
+	for i := 0; i < len(data); i++ {
+		bad := bytes.Clone(data)
+		bad[i] ^= 0x10
+		_, err := parseSnapshot(bad)
+		if i >= 8 && i < 12 {
+			// The version field: a flip gives an unknown version, a distinct typed error.
+			if !errors.Is(err, ErrSnapshotVersion) && !errors.Is(err, ErrCorruptSnapshot) {
+				t.Fatalf("flip at %d (version): got %v, want ErrSnapshotVersion or ErrCorruptSnapshot", i, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrCorruptSnapshot) {
+			t.Fatalf("flip at byte %d of %d: got %v, want ErrCorruptSnapshot", i, len(data), err)
+		}
+	}
+}
+
+func TestSnapshotRejects(t *testing.T) {
+	c, _, _ := sampleEntries(3, 3)
+	good, _ := encode(t, sampleHeader(), c)
+
+	// reseal recomputes the checksum after an edit so that only the edited property is wrong.
+	reseal := func(d []byte) []byte {
+		sum := sha256.Sum256(d[:len(d)-sha256.Size])
+		copy(d[len(d)-sha256.Size:], sum[:])
+		return d
+	}
+	tests := []struct {
+		name string
+		data func() []byte
+		want error
+	}{
+		{"newer version", func() []byte {
+			d := bytes.Clone(good)
+			binary.LittleEndian.PutUint32(d[8:12], SnapshotVersion+1)
+			return d
+		}, ErrSnapshotVersion},
+		{"not a snapshot", func() []byte { return []byte("{\"json\": true}\n and then some more bytes to pass lengths......") }, ErrCorruptSnapshot},
+		{"extra byte appended", func() []byte { return append(bytes.Clone(good), 0) }, ErrCorruptSnapshot},
+		{"trailer count disagrees", func() []byte {
+			d := bytes.Clone(good)
+			binary.LittleEndian.PutUint64(d[len(d)-40:], 4)
+			return reseal(d)
+		}, ErrCorruptSnapshot},
+		{"header length past the end", func() []byte {
+			d := bytes.Clone(good)
+			binary.LittleEndian.PutUint32(d[12:16], uint32(len(d)))
+			return reseal(d)
+		}, ErrCorruptSnapshot},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseSnapshot(tt.data())
+			if !errors.Is(err, tt.want) {
+				t.Errorf("got %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestVerifySnapshotFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ct4.snap")
+	c, _, _ := sampleEntries(50, 16)
+	var sum string
+	err := durable.WriteFileFunc(path, 0o600, func(w io.Writer) error {
+		var err error
+		sum, err = writeSnapshot(w, sampleHeader(), c)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, h, err := VerifySnapshot(path)
+	if err != nil {
+		t.Fatalf("VerifySnapshot: %v", err)
+	}
+	if si.Entries != 50 || si.SHA256 != sum || h.BootID != "boot-a" || si.Info.Type != "Hash" {
+		t.Errorf("VerifySnapshot = %+v, boot %q; want 50 entries, sha %s, boot-a, Hash", si, h.BootID, sum)
+	}
+	// A torn file on disk (power loss mid-write without our rename discipline) is refused.
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, data[:len(data)-7], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := VerifySnapshot(path); !errors.Is(err, ErrCorruptSnapshot) {
+		t.Errorf("torn file: got %v, want ErrCorruptSnapshot", err)
+	}
+	if _, _, err := VerifySnapshot(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: got %v, want os.ErrNotExist", err)
+	}
+}
