@@ -227,4 +227,6 @@ func (e *NotFoundError) Error() string { return fmt.Sprintf("no resource %s in s
 // ExistsError says a resource already has the address.
 type ExistsError struct{ Addr addrs.Instance }
 
-func (e *ExistsError) Error() string { return fmt.Sprintf("resource %s already exists in state", e.Addr) }
+func (e *ExistsError) Error() string {
+	return fmt.Sprintf("resource %s already exists in state", e.Addr)
+}
