@@ -124,7 +124,7 @@ func (f *Fake) view(fn func() error) error {
 // a map would. Generic is derived from the type.
 func (f *Fake) Create(pin string, abi ABI) error {
 	return f.mutate(func() error {
-		f.maps[pin] = &FakeMap{ABI: abi, ID: f.nextID, Generic: genericType(abi.Type), Entries: map[string]string{}}
+		f.maps[pin] = &FakeMap{ABI: abi, ID: f.nextID, Generic: GenericType(abi.Type), Entries: map[string]string{}}
 		f.nextID++
 		return nil
 	})
@@ -195,18 +195,6 @@ func (f *Fake) Map(pin string) (FakeMap, bool) {
 	return out, ok
 }
 
-// SetGeneric overrides whether the map's encoding is restorable generically.
-func (f *Fake) SetGeneric(pin string, generic bool) error {
-	return f.mutate(func() error {
-		m, ok := f.maps[pin]
-		if !ok {
-			return fmt.Errorf("map %s: %w", pin, os.ErrNotExist)
-		}
-		m.Generic = generic
-		return nil
-	})
-}
-
 // FailOn makes the next op ("probe", "snapshot", "restore") on pin return err (nil clears it).
 // Failures are in-memory only.
 func (f *Fake) FailOn(op, pin string, err error) {
@@ -227,49 +215,20 @@ func (f *Fake) failure(op, pin string) error {
 	return nil
 }
 
-func genericType(t string) bool {
-	switch t {
-	case "Hash", "Array", "LRUHash", "LPMTrie":
-		return true
-	}
-	return false
-}
-
-func deletableType(t string) bool { return t == "Hash" || t == "LRUHash" }
-
 func (f *Fake) lookup(spec Spec) (*FakeMap, error) {
 	rel, err := filepath.Rel(spec.BPFFSRoot, spec.Pin)
 	if spec.BPFFSRoot == "" || err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
-		return nil, fmt.Errorf("component %s: map %s: pin %s: %w", spec.Component, spec.Name, spec.Pin, ErrPinEscape)
+		return nil, fmt.Errorf("%s: pin %s: %w", where(spec), spec.Pin, ErrPinEscape)
 	}
 	m, ok := f.maps[spec.Pin]
 	if !ok {
-		return nil, fmt.Errorf("component %s: map %s: pin %s: %w", spec.Component, spec.Name, spec.Pin, os.ErrNotExist)
+		return nil, fmt.Errorf("%s: pin %s: %w", where(spec), spec.Pin, ErrMapMissing)
 	}
 	return m, nil
 }
 
 func (m *FakeMap) info() Info {
 	return Info{ABI: m.ABI, ID: m.ID, Entries: int64(len(m.Entries)), Generic: m.Generic}
-}
-
-// checkDeclared compares the declared type/key/value sizes with the live map.
-func checkDeclared(spec Spec, live ABI) error {
-	d := spec.Declared
-	var diffs []string
-	if d.Type != "" && d.Type != live.Type {
-		diffs = append(diffs, fmt.Sprintf("type %s, live %s", d.Type, live.Type))
-	}
-	if d.KeySize != 0 && d.KeySize != live.KeySize {
-		diffs = append(diffs, fmt.Sprintf("key_size %d, live %d", d.KeySize, live.KeySize))
-	}
-	if d.ValueSize != 0 && d.ValueSize != live.ValueSize {
-		diffs = append(diffs, fmt.Sprintf("value_size %d, live %d", d.ValueSize, live.ValueSize))
-	}
-	if len(diffs) > 0 {
-		return fmt.Errorf("component %s: map %s: declared %s: %w", spec.Component, spec.Name, strings.Join(diffs, ", "), ErrABIMismatch)
-	}
-	return nil
 }
 
 // Probe returns the live info and checks the declared ABI and F11.
@@ -284,14 +243,11 @@ func (f *Fake) Probe(ctx context.Context, spec Spec) (Info, error) {
 			return err
 		}
 		info = m.info()
-		if err := checkDeclared(spec, m.ABI); err != nil {
-			return err
+		if err := checkDeclaredABI(spec.Declared, info, true); err != nil {
+			return fmt.Errorf("%s: pin %s: %w", where(spec), spec.Pin, err)
 		}
-		if spec.Policy != MetadataOnly && !m.Generic {
-			return fmt.Errorf("component %s: map %s: policy %s on %s: %w", spec.Component, spec.Name, spec.Policy, m.ABI.Type, ErrNotGeneric)
-		}
-		if spec.Policy == Replace && !deletableType(m.ABI.Type) {
-			return fmt.Errorf("component %s: map %s: policy replace on %s: keys cannot be deleted: %w", spec.Component, spec.Name, m.ABI.Type, ErrNotGeneric)
+		if err := CheckPolicy(m.ABI.Type, spec.Policy); err != nil {
+			return fmt.Errorf("%s: %w", where(spec), err)
 		}
 		return nil
 	})
@@ -299,10 +255,11 @@ func (f *Fake) Probe(ctx context.Context, spec Spec) (Info, error) {
 }
 
 type fakeSnapshot struct {
-	Pin     string            `json:"pin"`
-	Policy  Policy            `json:"policy"`
-	Info    Info              `json:"info"`
-	Entries map[string]string `json:"entries,omitempty"`
+	Pin      string            `json:"pin"`
+	Policy   Policy            `json:"policy"`
+	Info     Info              `json:"info"`
+	Entries  map[string]string `json:"entries,omitempty"`
+	Recorded bool              `json:"recorded"`
 }
 
 const fakeSnapKind = "fluxvm-fake-map-snapshot"
@@ -318,22 +275,23 @@ func (f *Fake) Snapshot(ctx context.Context, spec Spec, path string, progress Pr
 		if err != nil {
 			return err
 		}
-		if err := checkDeclared(spec, m.ABI); err != nil {
-			return err
+		if err := checkDeclaredABI(spec.Declared, m.info(), true); err != nil {
+			return fmt.Errorf("%s: snapshot: pin %s: %w", where(spec), spec.Pin, err)
+		}
+		if err := CheckPolicy(m.ABI.Type, spec.Policy); err != nil {
+			return fmt.Errorf("%s: snapshot: %w", where(spec), err)
 		}
 		s := fakeSnapshot{Pin: spec.Pin, Policy: spec.Policy, Info: m.info()}
 		if spec.Policy != MetadataOnly {
-			if !m.Generic {
-				return fmt.Errorf("component %s: map %s: %w", spec.Component, spec.Name, ErrNotGeneric)
-			}
 			s.Entries = m.Entries
+			s.Recorded = true
 		}
 		b, err := durable.EncodeRecord(fakeSnapKind, 1, s)
 		if err != nil {
 			return err
 		}
 		if err := durable.WriteFile(path, b, 0o600); err != nil {
-			return fmt.Errorf("component %s: map %s: snapshot: %w", spec.Component, spec.Name, err)
+			return fmt.Errorf("%s: snapshot: %w", where(spec), err)
 		}
 		if progress != nil {
 			progress(int64(len(s.Entries)), int64(len(s.Entries)))
@@ -350,11 +308,11 @@ func (f *Fake) Restore(ctx context.Context, spec Spec, path string, progress Pro
 	rep := RestoreReport{Policy: spec.Policy}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return rep, fmt.Errorf("component %s: map %s: snapshot %s: %w", spec.Component, spec.Name, path, err)
+		return rep, fmt.Errorf("%s: restore: snapshot %s: %w", where(spec), path, err)
 	}
 	var s fakeSnapshot
 	if _, err := durable.DecodeRecord(data, fakeSnapKind, 1, &s); err != nil {
-		return rep, fmt.Errorf("component %s: map %s: snapshot %s: %w: %w", spec.Component, spec.Name, path, ErrCorruptSnapshot, err)
+		return rep, fmt.Errorf("%s: restore: snapshot %s: %w: %w", where(spec), path, ErrCorruptSnapshot, err)
 	}
 	err = f.mutate(func() error {
 		if err := f.failure("restore", spec.Pin); err != nil {
@@ -365,20 +323,21 @@ func (f *Fake) Restore(ctx context.Context, spec Spec, path string, progress Pro
 			return err
 		}
 		rep.Target = m.info()
-		if err := checkDeclared(spec, m.ABI); err != nil {
-			return err
-		}
 		if spec.Policy == MetadataOnly {
 			rep.Skipped = true
 			return nil
 		}
-		old := s.Info.ABI
-		if old.Type != m.ABI.Type || old.KeySize != m.ABI.KeySize || old.ValueSize != m.ABI.ValueSize {
-			return fmt.Errorf("component %s: map %s: snapshot %s/%d/%d, replacement %s/%d/%d: %w", spec.Component, spec.Name,
-				old.Type, old.KeySize, old.ValueSize, m.ABI.Type, m.ABI.KeySize, m.ABI.ValueSize, ErrABIMismatch)
+		if err := checkRestorable(s.Info, m.info()); err != nil {
+			return fmt.Errorf("%s: restore %s: snapshot %s into pin %s: %w", where(spec), spec.Policy, path, spec.Pin, err)
 		}
-		if !m.Generic || !s.Info.Generic {
-			return fmt.Errorf("component %s: map %s: %w", spec.Component, spec.Name, ErrNotGeneric)
+		if err := checkDeclaredABI(spec.Declared, m.info(), false); err != nil {
+			return fmt.Errorf("%s: restore %s: pin %s: %w", where(spec), spec.Policy, spec.Pin, err)
+		}
+		if err := CheckPolicy(m.ABI.Type, spec.Policy); err != nil {
+			return fmt.Errorf("%s: restore %s: %w", where(spec), spec.Policy, err)
+		}
+		if !s.Recorded {
+			return fmt.Errorf("%s: restore %s: snapshot %s (taken under %s): %w", where(spec), spec.Policy, path, s.Policy, ErrNoEntries)
 		}
 		need := len(s.Entries)
 		if spec.Policy == Merge {
@@ -390,12 +349,9 @@ func (f *Fake) Restore(ctx context.Context, spec Spec, path string, progress Pro
 			}
 		}
 		if m.ABI.MaxEntries > 0 && need > int(m.ABI.MaxEntries) {
-			return fmt.Errorf("component %s: map %s: %d entries needed, max_entries %d: %w", spec.Component, spec.Name, need, m.ABI.MaxEntries, ErrOverCapacity)
+			return fmt.Errorf("%s: restore %s: %d entries needed in %s, max_entries %d: %w", where(spec), spec.Policy, need, spec.Pin, m.ABI.MaxEntries, ErrOverCapacity)
 		}
 		if spec.Policy == Replace {
-			if !deletableType(m.ABI.Type) {
-				return fmt.Errorf("component %s: map %s: replace on %s: %w", spec.Component, spec.Name, m.ABI.Type, ErrNotGeneric)
-			}
 			for k := range m.Entries {
 				if _, keep := s.Entries[k]; !keep {
 					delete(m.Entries, k)

@@ -507,7 +507,7 @@ func (t *tx) snapshot(ctx context.Context, c *Component) (json.RawMessage, error
 		spec := t.plan.Spec(c, m)
 		si, err := t.e.Store.Snapshot(ctx, spec, t.mapSnapshotPath(c, m), t.mapProgress(c, m, "snapshot"))
 		if err != nil {
-			return mustJSON(d), fmt.Errorf("component %s: map %s: snapshot: %w", c.Name, m.Name, err)
+			return mustJSON(d), err // the store names component, map and pin
 		}
 		si.Path = relTo(t.dir, si.Path)
 		d.Maps = append(d.Maps, MapReport{Map: m.Name, Pin: m.Pin, Policy: m.Policy, Snapshot: &si})
@@ -538,7 +538,7 @@ func (t *tx) restoreMaps(ctx context.Context, c *Component, rollback bool) (json
 		spec := t.plan.Spec(c, m)
 		rep, err := t.e.Store.Restore(ctx, spec, t.mapSnapshotPath(c, m), t.mapProgress(c, m, "restore"))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("component %s: map %s: restore: %w", c.Name, m.Name, err))
+			errs = append(errs, err) // the store names component, map and pin
 			if !rollback {
 				break
 			}

@@ -539,10 +539,10 @@ func (d *decoder) mapDecl(path string, n *node, p *Plan, rootOK bool) Map {
 	}
 	if v, ok := m["type"]; ok {
 		if s, ok := d.str(path+".type", v); ok {
-			if t, known := NormalizeMapType(s); known {
+			if t, err := bpfmap.NormalizeType(s); err == nil {
 				mm.Declared.Type = t
 			} else {
-				d.add(path+".type", v, "unknown map type %q", s)
+				d.add(path+".type", v, "%v", err)
 			}
 		}
 	}
@@ -558,10 +558,8 @@ func (d *decoder) mapDecl(path string, n *node, p *Plan, rootOK bool) Map {
 	}
 	// F11: generic restore only for byte-array encodings.
 	if mm.Declared.Type != "" && (mm.Policy == bpfmap.Merge || mm.Policy == bpfmap.Replace) {
-		if !GenericMapType(mm.Declared.Type) {
-			d.add(path+".policy", m["policy"], "policy %s on a %s map: %v", mm.Policy, mm.Declared.Type, bpfmap.ErrNotGeneric)
-		} else if mm.Policy == bpfmap.Replace && !DeletableMapType(mm.Declared.Type) {
-			d.add(path+".policy", m["policy"], "policy replace needs a deletable hash-family map, %s is not", mm.Declared.Type)
+		if err := bpfmap.CheckPolicy(mm.Declared.Type, mm.Policy); err != nil {
+			d.add(path+".policy", m["policy"], "%v", err)
 		}
 	}
 	return mm
@@ -668,44 +666,4 @@ func ResolvePin(root, pin string) (string, error) {
 func within(root, p string) bool {
 	rel, err := filepath.Rel(root, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
-}
-
-var mapTypes = map[string]string{
-	"hash": "Hash", "array": "Array", "programarray": "ProgramArray", "progarray": "ProgramArray",
-	"perfeventarray": "PerfEventArray", "percpuhash": "PerCPUHash", "percpuarray": "PerCPUArray",
-	"stacktrace": "StackTrace", "cgrouparray": "CGroupArray", "lruhash": "LRUHash",
-	"lrucpuhash": "LRUCPUHash", "lrupercpuhash": "LRUCPUHash", "lpmtrie": "LPMTrie",
-	"arrayofmaps": "ArrayOfMaps", "hashofmaps": "HashOfMaps", "devmap": "DevMap", "sockmap": "SockMap",
-	"cpumap": "CPUMap", "xskmap": "XSKMap", "sockhash": "SockHash", "cgroupstorage": "CGroupStorage",
-	"reuseportsockarray": "ReusePortSockArray", "percpucgroupstorage": "PerCPUCGroupStorage",
-	"queue": "Queue", "stack": "Stack", "skstorage": "SkStorage", "devmaphash": "DevMapHash",
-	"structopsmap": "StructOpsMap", "structops": "StructOpsMap", "ringbuf": "RingBuf",
-	"inodestorage": "InodeStorage", "taskstorage": "TaskStorage", "bloomfilter": "BloomFilter",
-	"userringbuf": "UserRingbuf", "arena": "Arena",
-}
-
-// NormalizeMapType maps "lru_hash", "LRUHash", "lruhash" to cilium/ebpf's spelling.
-func NormalizeMapType(s string) (string, bool) {
-	k := strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
-	t, ok := mapTypes[k]
-	return t, ok
-}
-
-// GenericMapType reports whether entries of this type are plain byte arrays that may be
-// restored generically (F11).
-func GenericMapType(t string) bool {
-	switch t {
-	case "Hash", "Array", "LRUHash", "LPMTrie":
-		return true
-	}
-	return false
-}
-
-// DeletableMapType reports whether replace may delete keys of this type (F10).
-func DeletableMapType(t string) bool {
-	switch t {
-	case "Hash", "LRUHash":
-		return true
-	}
-	return false
 }

@@ -119,11 +119,10 @@ func (e *Engine) Probe(ctx context.Context, p *Plan) ProbeReport {
 					mp.Headroom = &h
 				}
 			}
-			if err == nil && m.Policy != bpfmap.MetadataOnly && !info.Generic {
-				err = fmt.Errorf("component %s: map %s: policy %s on %s: %w", c.Name, m.Name, m.Policy, info.Type, bpfmap.ErrNotGeneric)
-			}
-			if err == nil && m.Policy == bpfmap.Replace && !DeletableMapType(info.Type) {
-				err = fmt.Errorf("component %s: map %s: policy replace on %s: keys cannot be deleted: %w", c.Name, m.Name, info.Type, bpfmap.ErrNotGeneric)
+			if err == nil {
+				if perr := bpfmap.CheckPolicy(info.Type, m.Policy); perr != nil {
+					err = fmt.Errorf("component %s: map %s: %w", c.Name, m.Name, perr)
+				}
 			}
 			if err != nil {
 				mp.Refusal = err.Error()

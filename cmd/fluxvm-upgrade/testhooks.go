@@ -1,0 +1,107 @@
+//go:build fluxvmtest
+
+package main
+
+// This file exists only in binaries built with -tags fluxvmtest (the crash harness builds one).
+// It is never part of a release build, so these environment variables have no effect there:
+//
+//	FLUXVM_UPGRADE_TEST_FAKE_BPF=PATH   use bpfmap.Fake persisted in PATH instead of the kernel
+//	FLUXVM_UPGRADE_TEST_FAILPOINT=KEY   SIGKILL this process right after the journal record KEY
+//	                                    (e.g. "step-done:web:apply", "rollback-begin", "end",
+//	                                    "final:journal.final.json") is durably written
+//
+// and it adds the hidden helper command `fake-map` that hooks use to act on the fake maps.
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"zyvor.dev/sysbox/fluxvm/bpfmap"
+)
+
+func init() {
+	if path := os.Getenv("FLUXVM_UPGRADE_TEST_FAKE_BPF"); path != "" {
+		storeFactory = func() (bpfmap.Store, bool, error) {
+			f, err := bpfmap.NewFakeFile(path)
+			return f, false, err
+		}
+	}
+	if key := os.Getenv("FLUXVM_UPGRADE_TEST_FAILPOINT"); key != "" {
+		afterRecord = func(k string) {
+			if k == key {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // never continue past the failpoint
+			}
+		}
+	}
+	extraCommands = append(extraCommands, fakeMapCmd)
+}
+
+func fakeMapCmd() *cobra.Command {
+	root := &cobra.Command{Use: "fake-map", Hidden: true, Short: "test-only: act on the file-backed fake map store"}
+	var stateFile string
+	root.PersistentFlags().StringVar(&stateFile, "state", os.Getenv("FLUXVM_UPGRADE_TEST_FAKE_BPF"), "fake store file")
+	open := func() (*bpfmap.Fake, error) {
+		if stateFile == "" {
+			return nil, fmt.Errorf("fake-map: --state or FLUXVM_UPGRADE_TEST_FAKE_BPF required")
+		}
+		return bpfmap.NewFakeFile(stateFile)
+	}
+	var abi bpfmap.ABI
+	create := &cobra.Command{
+		Use:  "create PIN",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			return f.Create(args[0], abi)
+		},
+	}
+	create.Flags().StringVar(&abi.Type, "type", "Hash", "map type")
+	create.Flags().Uint32Var(&abi.KeySize, "key-size", 4, "key size")
+	create.Flags().Uint32Var(&abi.ValueSize, "value-size", 8, "value size")
+	create.Flags().Uint32Var(&abi.MaxEntries, "max-entries", 1024, "max entries")
+	put := &cobra.Command{
+		Use:  "put PIN KEYHEX VALUEHEX",
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			k, err := hex.DecodeString(args[1])
+			if err != nil {
+				return err
+			}
+			v, err := hex.DecodeString(args[2])
+			if err != nil {
+				return err
+			}
+			return f.Put(args[0], k, v)
+		},
+	}
+	dump := &cobra.Command{
+		Use:  "dump PIN",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			m, ok := f.Map(args[0])
+			if !ok {
+				return fmt.Errorf("no map at %s", args[0])
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(m)
+		},
+	}
+	root.AddCommand(create, put, dump)
+	return root
+}
