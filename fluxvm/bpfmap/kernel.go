@@ -32,6 +32,7 @@ type KernelStore struct {
 	tool            string
 	batch           int
 	allowBootChange bool
+	noBatch         bool // tests: behave as on a kernel without batch map operations
 	now             func() time.Time
 }
 
@@ -328,15 +329,20 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 	}
 	bootChanged := h.BootID != boot
 	if bootChanged && spec.Policy != MetadataOnly && !s.allowBootChange {
-		return fail(fmt.Errorf("snapshot %s was taken in boot %s, the host is now in boot %s; the map pinned at %s is not the one snapshotted: %w",
-			path, h.BootID, boot, spec.Pin, ErrBootChanged))
+		err := fmt.Errorf("snapshot %s was taken in boot %s, the host is now in boot %s; the map pinned at %s is not the one snapshotted: %w",
+			path, h.BootID, boot, spec.Pin, ErrBootChanged)
+		ref, perr := resolvePin(spec.BPFFSRoot, spec.Pin)
+		if ref != nil {
+			ref.Close()
+		}
+		if errors.Is(perr, ErrMapMissing) {
+			err = fmt.Errorf("%w; %w (bpffs emptied by the reboot)", err, perr)
+		}
+		return fail(err)
 	}
 
 	m, err := s.openMap(spec, spec.Policy == MetadataOnly)
 	if err != nil {
-		if bootChanged && errors.Is(err, ErrMapMissing) {
-			err = fmt.Errorf("%w (bpffs emptied by a reboot: %w)", err, ErrBootChanged)
-		}
 		return fail(err)
 	}
 	defer m.Close()
@@ -491,7 +497,10 @@ func (s *KernelStore) dump(ctx context.Context, m *ebpf.Map, keep bool, progress
 		if keep || len(kb) != batch*ks {
 			kb, vb = make([]byte, batch*ks), make([]byte, batch*vs)
 		}
-		n, err := m.BatchLookup(&cursor, rows(kb, ks), rows(vb, vs), nil)
+		n, err := 0, error(ebpf.ErrNotSupported)
+		if !s.noBatch {
+			n, err = m.BatchLookup(&cursor, rows(kb, ks), rows(vb, vs), nil)
+		}
 		switch {
 		case errors.Is(err, unix.ENOSPC) && n == 0:
 			// A hash bucket holds more entries than the batch: retry the same bucket with room.
@@ -580,7 +589,10 @@ func (s *KernelStore) update(ctx context.Context, m *ebpf.Map, keys, vals []byte
 		c := min(int64(s.batch), n-done)
 		kb := keys[done*int64(ks) : (done+c)*int64(ks)]
 		vb := vals[done*int64(vs) : (done+c)*int64(vs)]
-		w, err := m.BatchUpdate(rows(kb, ks), rows(vb, vs), nil)
+		w, err := 0, error(ebpf.ErrNotSupported)
+		if !s.noBatch {
+			w, err = m.BatchUpdate(rows(kb, ks), rows(vb, vs), nil)
+		}
 		if errors.Is(err, ebpf.ErrNotSupported) && w == 0 {
 			w, err = 0, nil
 			for i := int64(0); i < c; i++ {
@@ -616,7 +628,10 @@ func (s *KernelStore) deleteKeys(ctx context.Context, m *ebpf.Map, keys [][]byte
 		for _, k := range keys[start:end] {
 			buf = append(buf, k...)
 		}
-		c, err := m.BatchDelete(rows(buf, ks), nil)
+		c, err := 0, error(ebpf.ErrNotSupported)
+		if !s.noBatch {
+			c, err = m.BatchDelete(rows(buf, ks), nil)
+		}
 		switch {
 		case err == nil:
 			deleted += int64(c)
