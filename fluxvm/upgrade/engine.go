@@ -170,7 +170,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan) (Result, error) {
 	if t.view.begin != nil {
 		return t.result(), fmt.Errorf("transaction %s (%s): %w; use resume, rollback or status", p.TransactionID, t.view.state(), ErrTransactionExists)
 	}
-	rep := e.Probe(ctx, p)
+	rep := e.probe(ctx, p, false)
 	if !rep.OK {
 		return Result{}, fmt.Errorf("transaction %s: %w:\n%s", p.TransactionID, ErrProbeFailed, rep.Problems())
 	}

@@ -81,11 +81,18 @@ func IsBPFFS(path string) error {
 // the declared ABI and restorable under their policy, and ssh-keygen + key when signing. When
 // CheckBPFFS is set the bpffs root must be a bpf filesystem (the real store checks each pin too).
 func (e *Engine) Probe(ctx context.Context, p *Plan) ProbeReport {
+	return e.probe(ctx, p, true)
+}
+
+// probe skips the lock check when the caller already holds the lock (Run).
+func (e *Engine) probe(ctx context.Context, p *Plan, checkLock bool) ProbeReport {
 	r := ProbeReport{TransactionID: p.TransactionID, PlanSHA256: p.SHA256, Checks: []Check{}, Maps: []MapPlan{}}
 	if e.CheckBPFFS && hasMaps(p) {
 		r.add("$.bpffs_root", "bpffs mounted at "+p.BPFFSRoot, IsBPFFS(p.BPFFSRoot))
 	}
-	if locked, err := durable.IsLocked(LockPath(p.StateDir, p.TransactionID)); err == nil && locked {
+	if !checkLock {
+		// the caller holds it
+	} else if locked, err := durable.IsLocked(LockPath(p.StateDir, p.TransactionID)); err == nil && locked {
 		r.add("$.transaction_id", "transaction lock free", fmt.Errorf("%w: %s", durable.ErrLocked, durable.HolderOf(LockPath(p.StateDir, p.TransactionID))))
 	}
 	for ci := range p.Components {
