@@ -1,0 +1,32 @@
+// Package docker is the sysbox driver named "docker": nodes are Docker containers, artifacts are
+// images loaded from local archives, and networking is wired from the host side.
+//
+// Invariants:
+//
+//   - Artifacts come only from local archives (docker-archive or OCI layout tarballs for kind
+//     oci_image, a root filesystem tarball for kind rootfs); no registry is ever contacted. An
+//     artifact's immutable digest is the sha256 of the archive bytes; the loaded image id is its
+//     Ref. The loaded image is also tagged sysbox-artifact:<hex digest>, which is how a later
+//     resolve or VerifyArtifact ties a daemon image to archive content.
+//   - Every container carries ownership labels (topology, address, type, generation and the
+//     substrate marker). Every destructive call inspects the container by id and compares those
+//     labels with the owner it was given first; a mismatch or missing label returns an error
+//     wrapping driver.ErrNotOwned and touches nothing. A container's name is never proof.
+//   - Containers run with network mode "none". Each attachment is a veth pair created from the
+//     host: the host side is enslaved to the network's Linux bridge (Handle.ExternalID), the peer
+//     is created inside the container's network namespace (/proc/PID/ns/net). Both ends carry the
+//     attachment's marker as their link alias. Addresses and routes are set from the host through
+//     a netlink handle bound to that namespace, so containers need no capabilities.
+//   - A container's network namespace exists only while it runs, so Attach starts a created
+//     container (StartNode afterwards is a no-op). A restarted container has a new namespace and
+//     loses its NICs: ObserveAttachment then reports the attachment absent.
+//   - An unreachable daemon is driver.ErrUnavailable and observation status unknown, never absent.
+//   - NodeSpec.Environment and ExecRequest.Env are handed to the daemon for that call only; they
+//     are never written to a handle, envelope, label, error or log line.
+//
+// Import rule (S22): a container is adopted only when its labels already prove ownership: the
+// dev.zyvor.sysbox.topology, .address and .type labels equal the importing owner's and a
+// positive .generation label is present (create the container with those --label flags to make
+// it importable). Its network mode must be "none". Anything less is incomplete evidence and the
+// import fails with driver.ErrNotOwned.
+package docker

@@ -1,0 +1,167 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+const nicPrivateVersion = 1
+
+// nicPrivate is the NIC capability's private part of an AttachmentState.
+type nicPrivate struct {
+	HostIf  string `json:"host_if"`
+	GuestIf string `json:"guest_if"`
+	Bridge  string `json:"bridge,omitempty"`
+	Marker  string `json:"marker"` // the node owner the NIC was wired for
+}
+
+func nicEnvelope(p nicPrivate) substrate.Envelope {
+	data, _ := json.Marshal(p)
+	return substrate.Envelope{Driver: Name, Version: nicPrivateVersion, Data: data}
+}
+
+func decodeNICPrivate(env substrate.Envelope) (nicPrivate, error) {
+	var p nicPrivate
+	if env.Driver != Name || env.Version < 1 || env.Version > nicPrivateVersion {
+		return p, fmt.Errorf("attachment envelope of driver %q version %d: want %q version 1..%d", env.Driver, env.Version, Name, nicPrivateVersion)
+	}
+	if err := json.Unmarshal(env.Data, &p); err != nil {
+		return p, fmt.Errorf("attachment envelope: %w", err)
+	}
+	if p.HostIf == "" || p.GuestIf == "" {
+		return p, fmt.Errorf("attachment envelope lacks device names")
+	}
+	return p, nil
+}
+
+// Attach wires spec's attachment: a veth whose host side joins the network's bridge
+// (spec.Network.ExternalID) and whose peer, with spec.MAC, is created inside the container's
+// namespace. A created container is started first: its namespace exists only while it runs.
+func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substrate.AttachmentSpec) (substrate.AttachmentState, error) {
+	what := fmt.Sprintf("node %s: attachment %s", spec.Node, spec.Name)
+	if spec.Network.ExternalID == "" {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: network handle names no bridge", what)
+	}
+	mac, err := net.ParseMAC(spec.MAC)
+	if err != nil || len(mac) != 6 {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: mac %q: want a 48-bit MAC address", what, spec.MAC)
+	}
+	ins, err := d.ensureRunning(ctx, what, node, spec.Owner)
+	if err != nil {
+		return substrate.AttachmentState{}, err
+	}
+	p := nicPrivate{HostIf: hostIfName(spec.Owner, spec.Name), GuestIf: guestIfName(spec.Name),
+		Bridge: spec.Network.ExternalID, Marker: spec.Owner.Marker()}
+	err = wireVeth(ins.State.Pid, vethSpec{HostIf: p.HostIf, GuestIf: p.GuestIf, Bridge: p.Bridge, MAC: mac,
+		MTU: spec.MTU, Alias: nicAlias(spec.Owner, spec.Name)})
+	if err != nil {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
+	}
+	return substrate.AttachmentState{Name: spec.Name, MAC: mac.String(), IPv4: spec.IPv4, Gateway: spec.Gateway,
+		Private: nicEnvelope(p)}, nil
+}
+
+// ConfigureGuestNetwork sets each attachment's addresses and gateway, then the routes, from the
+// host through a netlink handle inside the container's namespace.
+func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
+	what := "configure network of container " + short(node.ExternalID)
+	ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
+	if err != nil {
+		return apiErr(what, err)
+	}
+	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
+		return fmt.Errorf("%s: container is not running", what)
+	}
+	for _, a := range atts {
+		p, err := decodeNICPrivate(a.Private)
+		if err != nil {
+			return fmt.Errorf("%s: attachment %s: %w", what, a.Name, err)
+		}
+		if err := configureAddrs(ins.State.Pid, p.GuestIf, a.IPv4, a.Gateway); err != nil {
+			return fmt.Errorf("%s: attachment %s: %w", what, a.Name, err)
+		}
+	}
+	if err := addRoutes(ins.State.Pid, routes); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// ObserveAttachment reports absent (container or NIC gone: a restarted container has a fresh
+// namespace), drifted (another marker, MAC or a missing address), degraded (host side missing,
+// off its bridge or down) or present.
+func (d *Driver) ObserveAttachment(ctx context.Context, node substrate.Handle, st substrate.AttachmentState, owner substrate.Owner) (substrate.Observation, error) {
+	what := fmt.Sprintf("observe attachment %s of %s", st.Name, owner.Address)
+	obs := substrate.Observation{ExternalID: node.ExternalID, At: observedAt()}
+	p, err := decodeNICPrivate(st.Private)
+	if err != nil {
+		return obs, fmt.Errorf("%s: %w", what, err)
+	}
+	ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
+	if err != nil {
+		err = apiErr(what, err)
+		if !isNotFound(err) {
+			return unknown(node.ExternalID, err), err
+		}
+		obs.Status, obs.Reason = substrate.Absent, "container "+short(node.ExternalID)+" does not exist"
+		return obs, nil
+	}
+	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
+		obs.Status, obs.Reason = substrate.Absent, "container is not running, so its namespace and NICs are gone"
+		return obs, nil
+	}
+	obs.ExternalID = p.HostIf
+	l, ips, err := guestLink(ins.State.Pid, p.GuestIf)
+	if err != nil {
+		return unknown(p.HostIf, err), fmt.Errorf("%s: %w", what, err)
+	}
+	if l == nil {
+		obs.Status, obs.Reason = substrate.Absent, "interface "+p.GuestIf+" is missing in the container"
+		return obs, nil
+	}
+	alias := nicAlias(owner, st.Name)
+	var missing []string
+	for _, want := range st.IPv4 {
+		if !slices.Contains(ips, want) {
+			missing = append(missing, want)
+		}
+	}
+	switch {
+	case l.Attrs().Alias != alias:
+		obs.Status, obs.Reason = substrate.Drifted, "interface "+p.GuestIf+" carries another marker"
+	case !strings.EqualFold(l.Attrs().HardwareAddr.String(), st.MAC):
+		obs.Status, obs.Reason = substrate.Drifted, fmt.Sprintf("interface %s has MAC %s, want %s", p.GuestIf, l.Attrs().HardwareAddr, st.MAC)
+	case len(missing) > 0:
+		obs.Status, obs.Reason = substrate.Drifted, fmt.Sprintf("interface %s lacks %s", p.GuestIf, strings.Join(missing, ", "))
+	default:
+		if issue := hostSideIssue(p.HostIf, alias); issue != "" {
+			obs.Status, obs.Reason = substrate.Degraded, issue
+		} else {
+			obs.Status = substrate.Present
+		}
+	}
+	return obs, nil
+}
+
+// Detach removes the attachment's veth pair after checking the host side's marker.
+func (d *Driver) Detach(ctx context.Context, node substrate.Handle, st substrate.AttachmentState, owner substrate.Owner) error {
+	what := fmt.Sprintf("detach %s from %s", st.Name, owner.Address)
+	p, err := decodeNICPrivate(st.Private)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := deleteHostLink(p.HostIf, nicAlias(owner, st.Name)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func isNotFound(err error) bool { return err != nil && errors.Is(err, driver.ErrNotFound) }

@@ -1,0 +1,383 @@
+package docker
+
+// Host-side wiring of container NICs with netlink. This file is the only one that touches links;
+// it can switch to drivers/linuxnet's helpers without changing the capability code in nics.go.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// hostIfName is the host-side veth name for owner's attachment: 14 bytes, stable per generation.
+func hostIfName(o substrate.Owner, attachment string) string {
+	sum := sha256.Sum256([]byte(o.Marker() + "\x00" + attachment))
+	return "sd" + hex.EncodeToString(sum[:])[:12]
+}
+
+var ifNameRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$`)
+
+// guestIfName is the interface name inside the container: the logical attachment name when it
+// is a valid interface name, else a stable derived one.
+func guestIfName(attachment string) string {
+	if ifNameRE.MatchString(attachment) && attachment != "lo" {
+		return attachment
+	}
+	sum := sha256.Sum256([]byte(attachment))
+	return "eth" + hex.EncodeToString(sum[:])[:8]
+}
+
+// nicAlias is the link alias on both ends of an attachment's veth: the owner marker and the
+// logical attachment name.
+func nicAlias(o substrate.Owner, attachment string) string { return o.Marker() + " " + attachment }
+
+func parseNICAlias(s string) (substrate.Owner, string, bool) {
+	m, att, ok := strings.Cut(s, " ")
+	if !ok {
+		return substrate.Owner{}, "", false
+	}
+	o, err := substrate.ParseMarker(m)
+	if err != nil {
+		return substrate.Owner{}, "", false
+	}
+	return o, att, true
+}
+
+// nsHandle opens a netlink handle inside pid's network namespace.
+func nsHandle(pid int) (*netlink.Handle, func(), error) {
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return nil, nil, fmt.Errorf("network namespace of pid %d: %w", pid, err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return nil, nil, fmt.Errorf("netlink in namespace of pid %d: %w", pid, err)
+	}
+	return h, func() { h.Close(); ns.Close() }, nil
+}
+
+type vethSpec struct {
+	HostIf, GuestIf, Bridge string
+	MAC                     net.HardwareAddr
+	MTU                     int
+	Alias                   string
+}
+
+// wireVeth creates the veth pair with its peer directly inside pid's namespace, enslaves the
+// host side to the bridge and brings both ends up. A host link of the same name left by an
+// earlier attempt is replaced only if it carries the same alias.
+func wireVeth(pid int, v vethSpec) error {
+	br, err := netlink.LinkByName(v.Bridge)
+	if err != nil {
+		return fmt.Errorf("bridge %s: %w: %w", v.Bridge, driver.ErrNotFound, err)
+	}
+	if _, ok := br.(*netlink.Bridge); !ok {
+		return fmt.Errorf("network %s is a %s link, not a bridge", v.Bridge, br.Type())
+	}
+	if old, err := netlink.LinkByName(v.HostIf); err == nil {
+		if old.Attrs().Alias != v.Alias {
+			return fmt.Errorf("link %s exists and is not this attachment's: %w", v.HostIf, driver.ErrNotOwned)
+		}
+		if err := netlink.LinkDel(old); err != nil {
+			return fmt.Errorf("remove stale link %s: %w", v.HostIf, err)
+		}
+	}
+	nh, closeNS, err := nsHandle(pid)
+	if err != nil {
+		return err
+	}
+	defer closeNS()
+	if _, err := nh.LinkByName(v.GuestIf); err == nil {
+		return fmt.Errorf("container already has an interface %s", v.GuestIf)
+	}
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return fmt.Errorf("network namespace of pid %d: %w", pid, err)
+	}
+	defer ns.Close()
+	mtu := v.MTU
+	if mtu == 0 {
+		mtu = br.Attrs().MTU
+	}
+	veth := &netlink.Veth{
+		LinkAttrs:        netlink.LinkAttrs{Name: v.HostIf, MTU: mtu, MasterIndex: br.Attrs().Index},
+		PeerName:         v.GuestIf,
+		PeerHardwareAddr: v.MAC,
+		PeerNamespace:    netlink.NsFd(int(ns)),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("create veth %s/%s: %w", v.HostIf, v.GuestIf, err)
+	}
+	fail := func(step string, err error) error {
+		if l, lerr := netlink.LinkByName(v.HostIf); lerr == nil {
+			_ = netlink.LinkDel(l)
+		}
+		return fmt.Errorf("veth %s/%s: %s: %w", v.HostIf, v.GuestIf, step, err)
+	}
+	host, err := netlink.LinkByName(v.HostIf)
+	if err != nil {
+		return fail("find host side", err)
+	}
+	if err := netlink.LinkSetAlias(host, v.Alias); err != nil {
+		return fail("alias host side", err)
+	}
+	peer, err := nh.LinkByName(v.GuestIf)
+	if err != nil {
+		return fail("find container side", err)
+	}
+	if err := nh.LinkSetAlias(peer, v.Alias); err != nil {
+		return fail("alias container side", err)
+	}
+	if lo, err := nh.LinkByName("lo"); err == nil {
+		_ = nh.LinkSetUp(lo)
+	}
+	if err := nh.LinkSetUp(peer); err != nil {
+		return fail("up container side", err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return fail("up host side", err)
+	}
+	return nil
+}
+
+// deleteHostLink removes the host side (and so the pair) if it carries alias; a missing link is
+// not an error, another alias is ErrNotOwned.
+func deleteHostLink(hostIf, alias string) error {
+	l, err := netlink.LinkByName(hostIf)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("link %s: %w", hostIf, err)
+	}
+	if l.Attrs().Alias != alias {
+		return fmt.Errorf("link %s carries alias %q, not this attachment's marker: %w", hostIf, l.Attrs().Alias, driver.ErrNotOwned)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("delete link %s: %w", hostIf, err)
+	}
+	return nil
+}
+
+// markedLink is a link whose alias is a sysbox NIC alias.
+type markedLink struct {
+	Name       string
+	Attachment string
+	Owner      substrate.Owner
+	MAC        string
+	IPv4       []string
+	Gateway    string
+	Up         bool
+	hostIf     string
+	hostIssue  string // guest side only: what is wrong with the host side ("" when fine)
+}
+
+func (m markedLink) hostSideProblem() string { return m.hostIssue }
+
+func (m markedLink) attachmentState() substrate.AttachmentState {
+	return substrate.AttachmentState{Name: m.Attachment, MAC: m.MAC, IPv4: m.IPv4, Gateway: m.Gateway,
+		Private: nicEnvelope(nicPrivate{HostIf: m.hostIf, GuestIf: m.Name, Marker: m.Owner.Marker()})}
+}
+
+func markedLinks(h *netlink.Handle) ([]markedLink, error) {
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var out []markedLink
+	for _, l := range links {
+		a := l.Attrs()
+		o, att, ok := parseNICAlias(a.Alias)
+		if !ok {
+			continue
+		}
+		out = append(out, markedLink{Name: a.Name, Attachment: att, Owner: o, MAC: a.HardwareAddr.String(),
+			Up: a.Flags&net.FlagUp != 0, hostIf: hostIfName(o, att)})
+	}
+	return out, nil
+}
+
+// hostMarkedLinks lists sysbox NICs in the host namespace.
+func hostMarkedLinks() ([]markedLink, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	return markedLinks(h)
+}
+
+// removeHostLinksOf deletes every host-side NIC whose marker is exactly o's.
+func removeHostLinksOf(o substrate.Owner) error {
+	links, err := hostMarkedLinks()
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if l.Owner.Equal(o) {
+			if err := deleteHostLink(l.Name, nicAlias(l.Owner, l.Attachment)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// listMarkedLinks lists the sysbox NICs inside pid's namespace with their addresses, default
+// gateway and the state of their host sides.
+func listMarkedLinks(pid int) ([]markedLink, error) {
+	nh, closeNS, err := nsHandle(pid)
+	if err != nil {
+		return nil, err
+	}
+	defer closeNS()
+	out, err := markedLinks(nh)
+	if err != nil {
+		return nil, err
+	}
+	routes, _ := nh.RouteList(nil, netlink.FAMILY_V4)
+	for i := range out {
+		l, err := nh.LinkByName(out[i].Name)
+		if err != nil {
+			continue
+		}
+		addrs, err := nh.AddrList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %w", out[i].Name, err)
+		}
+		for _, a := range addrs {
+			out[i].IPv4 = append(out[i].IPv4, a.IPNet.String())
+		}
+		sort.Strings(out[i].IPv4)
+		for _, r := range routes {
+			if r.LinkIndex == l.Attrs().Index && (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && r.Gw != nil {
+				out[i].Gateway = r.Gw.String()
+			}
+		}
+		out[i].hostIssue = hostSideIssue(out[i].hostIf, nicAlias(out[i].Owner, out[i].Attachment))
+	}
+	return out, nil
+}
+
+// hostSideIssue says what is wrong with a host-side veth, or "".
+func hostSideIssue(hostIf, alias string) string {
+	l, err := netlink.LinkByName(hostIf)
+	if err != nil {
+		return "host side " + hostIf + " is missing"
+	}
+	a := l.Attrs()
+	switch {
+	case a.Alias != alias:
+		return "host side " + hostIf + " carries another marker"
+	case a.MasterIndex == 0:
+		return "host side " + hostIf + " is not on a bridge"
+	case a.Flags&net.FlagUp == 0:
+		return "host side " + hostIf + " is down"
+	}
+	return ""
+}
+
+// configureAddrs sets addresses on guestIf inside pid's namespace, then the default route via
+// gateway (if any) and the static routes. Everything is replace-style, so a retry converges.
+func configureAddrs(pid int, guestIf string, ipv4 []string, gateway string) error {
+	nh, closeNS, err := nsHandle(pid)
+	if err != nil {
+		return err
+	}
+	defer closeNS()
+	l, err := nh.LinkByName(guestIf)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", guestIf, err)
+	}
+	for _, p := range ipv4 {
+		a, err := netlink.ParseAddr(p)
+		if err != nil {
+			return fmt.Errorf("interface %s: address %q: %w", guestIf, p, err)
+		}
+		if a.IP.To4() == nil {
+			return fmt.Errorf("interface %s: address %q is not IPv4", guestIf, p)
+		}
+		if err := nh.AddrReplace(l, a); err != nil {
+			return fmt.Errorf("interface %s: add %s: %w", guestIf, p, err)
+		}
+	}
+	if gateway != "" {
+		gw := net.ParseIP(gateway)
+		if gw == nil || gw.To4() == nil {
+			return fmt.Errorf("interface %s: gateway %q is not an IPv4 address", guestIf, gateway)
+		}
+		if err := nh.RouteReplace(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw}); err != nil {
+			return fmt.Errorf("interface %s: default route via %s: %w", guestIf, gateway, err)
+		}
+	}
+	return nil
+}
+
+// addRoutes installs static routes inside pid's namespace.
+func addRoutes(pid int, routes []substrate.Route) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	nh, closeNS, err := nsHandle(pid)
+	if err != nil {
+		return err
+	}
+	defer closeNS()
+	for _, r := range routes {
+		_, dst, err := net.ParseCIDR(r.To)
+		if err != nil || dst.IP.To4() == nil {
+			return fmt.Errorf("route to %q: not an IPv4 prefix", r.To)
+		}
+		gw := net.ParseIP(r.Via)
+		if gw == nil || gw.To4() == nil {
+			return fmt.Errorf("route to %s: via %q is not an IPv4 address", r.To, r.Via)
+		}
+		rt := &netlink.Route{Dst: dst, Gw: gw}
+		if ones, _ := dst.Mask.Size(); ones == 0 {
+			rt.Dst = nil
+		}
+		if err := nh.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route to %s via %s: %w", r.To, r.Via, err)
+		}
+	}
+	return nil
+}
+
+// guestLink returns the named link inside pid's namespace (nil when missing).
+func guestLink(pid int, name string) (netlink.Link, []string, error) {
+	nh, closeNS, err := nsHandle(pid)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer closeNS()
+	l, err := nh.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("interface %s: %w", name, err)
+	}
+	addrs, err := nh.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, nil, fmt.Errorf("addresses of %s: %w", name, err)
+	}
+	var ips []string
+	for _, a := range addrs {
+		ips = append(ips, a.IPNet.String())
+	}
+	return l, ips, nil
+}
