@@ -274,3 +274,22 @@ func TestNewLineageIsUUIDv4(t *testing.T) {
 		t.Fatalf("got %q and %q, want two distinct v4 UUIDs", a, b)
 	}
 }
+
+func TestReadHeader(t *testing.T) {
+	b := mustEncode(t, sample())
+	h, err := ReadHeader(bytes.NewReader(b[:300])) // the header fits well within the first bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Header{FormatVersion: 1, ToolVersion: "v0.1.0", Lineage: "4b1f3c0e-8f4e-4d0a-9a57-3f2b1c0d9e8a", Serial: 7}
+	if h != want {
+		t.Fatalf("got %+v, want %+v", h, want)
+	}
+	newer := []byte(strings.Replace(string(b), `"format_version": 1`, `"format_version": 9`, 1))
+	if _, err := ReadHeader(bytes.NewReader(newer)); !errors.Is(err, durable.ErrUnknownVersion) {
+		t.Fatalf("newer: got %v, want ErrUnknownVersion", err)
+	}
+	if _, err := ReadHeader(strings.NewReader(`{"format_vers`)); !errors.Is(err, durable.ErrCorrupt) {
+		t.Fatalf("torn: got %v, want ErrCorrupt", err)
+	}
+}

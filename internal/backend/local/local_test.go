@@ -1,0 +1,120 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"zyvor.dev/sysbox/internal/backend"
+	"zyvor.dev/sysbox/internal/backend/backendtest"
+	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/states"
+)
+
+func open(settings map[string]string) (backend.Backend, error) { return Open(settings) }
+
+func TestMain(m *testing.M) { backendtest.Main(m, open) }
+
+func TestConformance(t *testing.T) {
+	backendtest.Run(t, backendtest.Harness{
+		Settings: func(t *testing.T) map[string]string {
+			return map[string]string{"path": filepath.Join(t.TempDir(), "lab", "sysbox.sbxstate")}
+		},
+		Open: open,
+	})
+}
+
+func saved(t *testing.T) (*Backend, []byte) {
+	t.Helper()
+	b, err := New(filepath.Join(t.TempDir(), "s.sbxstate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := states.New()
+	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
+	st.Serial = 1
+	if err := b.Save(context.Background(), st, 0); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(b.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, data
+}
+
+// A damaged state file is refused on read, and refused before any mutation through the Manager.
+func TestDamagedStateFileRefused(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func([]byte) []byte
+		is     error
+	}{
+		{"torn write (first half only)", func(b []byte) []byte { return b[:len(b)/2] }, durable.ErrCorrupt},
+		{"torn tail (last bytes missing)", func(b []byte) []byte { return b[:len(b)-3] }, durable.ErrCorrupt},
+		{"zero-length file", func([]byte) []byte { return nil }, durable.ErrCorrupt},
+		{"bit flip in a resource", func(b []byte) []byte {
+			return []byte(strings.Replace(string(b), "198.51.100.0/24", "198.51.100.1/24", 1))
+		}, durable.ErrCorrupt},
+		{"unknown format version", func(b []byte) []byte {
+			return []byte(strings.Replace(string(b), `"format_version": 1`, `"format_version": 3`, 1))
+		}, durable.ErrUnknownVersion},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, data := saved(t)
+			bad := tt.damage(data)
+			if err := os.WriteFile(b.Path(), bad, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := b.Read(context.Background()); st != nil || !errors.Is(err, tt.is) {
+				t.Fatalf("Read: got %v, %v; want nil and %v", st, err, tt.is)
+			}
+			m := backend.NewManager(b, backend.Options{})
+			_, err := m.Mutate(context.Background(), "state rm", true, func(*states.State) error {
+				t.Fatalf("mutation reached a damaged state")
+				return nil
+			})
+			if !errors.Is(err, tt.is) {
+				t.Fatalf("Mutate: got %v, want %v", err, tt.is)
+			}
+			after, _ := os.ReadFile(b.Path())
+			if string(after) != string(bad) {
+				t.Fatalf("the damaged file was changed by a refused mutation")
+			}
+			if snaps, _ := b.Snapshots(context.Background()); len(snaps) != 0 {
+				t.Fatalf("got %d snapshots, want none from a refused mutation", len(snaps))
+			}
+		})
+	}
+}
+
+func TestLockFilesStayAndRecordHolder(t *testing.T) {
+	b, _ := saved(t)
+	ctx := context.Background()
+	id, err := b.Lock(ctx, backend.NewLockInfo("apply"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := durable.HolderOf(b.Path() + ".lock")
+	if !strings.HasPrefix(holder, "pid ") {
+		t.Fatalf("lock file holder: got %q, want pid …", holder)
+	}
+	if err := b.Unlock(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".lock", ".lock.json", ".cas.lock"} {
+		if _, err := os.Stat(b.Path() + p); err != nil {
+			t.Fatalf("%s must stay after unlock: %v", p, err)
+		}
+	}
+}
+
+func TestOpenRejectsUnknownSetting(t *testing.T) {
+	if _, err := Open(map[string]string{"pth": "x"}); err == nil || !strings.Contains(err.Error(), `"pth"`) {
+		t.Fatalf("got %v, want an error naming the unknown setting", err)
+	}
+}
