@@ -1,0 +1,52 @@
+package netns
+
+import (
+	"context"
+	"os"
+	"strings"
+
+	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// Residue lists every object carrying one of topology's markers: namespaces (by their loopback
+// marker), sidecar records whose namespace is gone, and host links (bridges, veth ends) and
+// forward-accept rules.
+func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Object, error) {
+	var out []substrate.Object
+	ents, err := os.ReadDir(d.NetnsDir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	for _, e := range ents {
+		path := d.nsPath(e.Name())
+		if !isNetnsMount(path) {
+			continue
+		}
+		if o, err := nsMarker(d.ns(e.Name())); err == nil && o.Topology == topology {
+			out = append(out, substrate.Object{Kind: "netns", ExternalID: e.Name(), Owner: o})
+		}
+	}
+	scs, err := os.ReadDir(d.StateDir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	for _, e := range scs {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(name, ".") {
+			continue
+		}
+		sc, err := d.readSidecar(name)
+		if err != nil {
+			continue
+		}
+		if o, err := ownerFromSidecar(sc); err == nil && o.Topology == topology && !isNetnsMount(d.nsPath(name)) {
+			out = append(out, substrate.Object{Kind: "netns-sidecar", ExternalID: d.sidecarPath(name), Owner: o})
+		}
+	}
+	host, err := linuxnet.HostResidue(ctx, topology)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, host...), nil
+}

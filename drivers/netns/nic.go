@@ -1,0 +1,90 @@
+package netns
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// Attach wires one attachment: a veth pair from the network's bridge into the node, the node
+// side named after the logical attachment (NodeIfName), with the declared MAC (or
+// linuxnet.DefaultMAC of node address + attachment name) and IPv4 prefixes.
+func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substrate.AttachmentSpec) (substrate.AttachmentState, error) {
+	where := fmt.Sprintf("node %s: attachment %q", spec.Node, spec.Name)
+	ns, err := d.NodeNetns(ctx, node)
+	if err != nil {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", where, err)
+	}
+	if spec.Network.ExternalID == "" {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: network handle has no bridge name", where)
+	}
+	mac, err := linuxnet.ParseMAC(spec.MAC)
+	if err != nil {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", where, err)
+	}
+	if mac == nil {
+		mac = linuxnet.DefaultMAC(spec.Node, spec.Name)
+	}
+	v, err := linuxnet.CreateVeth(ctx, linuxnet.VethSpec{
+		HostName: HostVethName(spec.Owner, spec.Name),
+		Bridge:   spec.Network.ExternalID,
+		Netns:    ns,
+		NodeName: NodeIfName(spec.Name),
+		MAC:      mac,
+		IPv4:     spec.IPv4,
+		MTU:      spec.MTU,
+		Owner:    spec.Owner,
+	})
+	if err != nil {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", where, err)
+	}
+	return substrate.AttachmentState{
+		Name: spec.Name, MAC: v.MAC, IPv4: append([]string(nil), spec.IPv4...), Gateway: spec.Gateway,
+		Private: encode(private{Kind: kindAttachment, Veth: &v}),
+	}, nil
+}
+
+// ObserveAttachment observes the veth pair (linuxnet.ObserveVeth).
+func (d *Driver) ObserveAttachment(ctx context.Context, node substrate.Handle, st substrate.AttachmentState, owner substrate.Owner) (substrate.Observation, error) {
+	p, err := decode(st.Private, kindAttachment)
+	if err != nil {
+		return substrate.Observation{Status: substrate.Unknown, Reason: err.Error(), At: time.Now().UTC()}, fmt.Errorf("node %s: attachment %q: %w", owner.Address, st.Name, err)
+	}
+	return linuxnet.ObserveVeth(ctx, *p.Veth, owner)
+}
+
+// Detach deletes the veth pair after checking its marker.
+func (d *Driver) Detach(ctx context.Context, node substrate.Handle, st substrate.AttachmentState, owner substrate.Owner) error {
+	p, err := decode(st.Private, kindAttachment)
+	if err != nil {
+		return fmt.Errorf("node %s: attachment %q: %w", owner.Address, st.Name, err)
+	}
+	if err := linuxnet.DeleteVeth(ctx, p.Veth.HostName, owner); err != nil {
+		return fmt.Errorf("node %s: attachment %q: %w", owner.Address, st.Name, err)
+	}
+	return nil
+}
+
+// ConfigureGuestNetwork brings loopback and every attachment up with its addresses, then sets
+// routes; the first attachment with a gateway gives the default route unless routes name one.
+func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
+	ns, err := d.NodeNetns(ctx, node)
+	if err != nil {
+		return err
+	}
+	var ifs []linuxnet.GuestInterface
+	for _, a := range atts {
+		p, err := decode(a.Private, kindAttachment)
+		if err != nil {
+			return fmt.Errorf("node %s: attachment %q: %w", node.ExternalID, a.Name, err)
+		}
+		ifs = append(ifs, linuxnet.GuestInterface{Name: p.Veth.NodeName, IPv4: a.IPv4, Gateway: a.Gateway})
+	}
+	if err := linuxnet.ConfigureGuest(ctx, ns, ifs, routes); err != nil {
+		return fmt.Errorf("node %s: guest network: %w", node.ExternalID, err)
+	}
+	return nil
+}

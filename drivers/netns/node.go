@@ -1,0 +1,286 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// basePath is the PATH a node's processes get unless their environment sets one.
+const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// CreateNode creates the node's namespace (not its process). An existing namespace of that name
+// carrying exactly spec.Owner's marker is adopted (a re-run after a crash); anything else there
+// is refused with driver.ErrNotOwned and left alone.
+func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (substrate.Handle, error) {
+	if !spec.Owner.Complete() {
+		return substrate.Handle{}, fmt.Errorf("node %s: incomplete owner %+v", spec.Owner.Address, spec.Owner)
+	}
+	name := NetnsName(spec.Owner)
+	path := d.nsPath(name)
+	where := fmt.Sprintf("node %s: netns %s", spec.Owner.Address, name)
+	if _, err := os.Stat(path); err == nil {
+		if !isNetnsMount(path) {
+			return substrate.Handle{}, fmt.Errorf("%s: %s exists but is not a mounted namespace: %w", where, path, driver.ErrNotOwned)
+		}
+		if err := checkNsOwned(d.ns(name), spec.Owner); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+		}
+	} else {
+		if err := createNamedNetns(path); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+		}
+		if err := setNsMarker(d.ns(name), spec.Owner); err != nil {
+			_ = removeNamedNetns(path)
+			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	ino, err := nsInode(path)
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+	}
+	old, err := d.readSidecar(name)
+	if err != nil || old.NsInode != ino {
+		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, NsInode: ino, HasCommand: len(spec.Command) > 0}); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	return substrate.Handle{Driver: Name, ExternalID: name, Private: encode(private{Kind: kindNode, Netns: name, NsInode: ino})}, nil
+}
+
+// NodeNetns implements linuxnet.NamespaceResolver.
+func (d *Driver) NodeNetns(ctx context.Context, h substrate.Handle) (linuxnet.Netns, error) {
+	p, err := decode(h.Private, kindNode)
+	if err != nil {
+		return linuxnet.Netns{}, fmt.Errorf("node %s: %w", h.ExternalID, err)
+	}
+	path := d.nsPath(p.Netns)
+	if ino, err := nsInode(path); err != nil {
+		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrNotFound, err)
+	} else if p.NsInode != 0 && ino != p.NsInode {
+		return linuxnet.Netns{}, fmt.Errorf("node %s: namespace was replaced (inode %d, recorded %d): %w", h.ExternalID, ino, p.NsInode, driver.ErrNotOwned)
+	}
+	return d.ns(p.Netns), nil
+}
+
+// StartNode starts the main process detached inside the namespace: a new session, stdin from
+// /dev/null, stdout and stderr appended to /run/sysbox/netns/NAME.log. Its pid and start time go
+// into the sidecar. A node already running its recorded process is left alone.
+func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substrate.NodeSpec) error {
+	ns, err := d.NodeNetns(ctx, h)
+	if err != nil {
+		return err
+	}
+	name := h.ExternalID
+	where := fmt.Sprintf("node %s: netns %s", spec.Owner.Address, name)
+	if err := checkNsOwned(ns, spec.Owner); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	sc, err := d.readSidecar(name)
+	if err != nil {
+		return fmt.Errorf("%s: sidecar: %w", where, err)
+	}
+	if len(spec.Command) == 0 {
+		return nil
+	}
+	if processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
+		return nil
+	}
+	bin, err := exec.LookPath(spec.Command[0])
+	if err != nil {
+		return fmt.Errorf("%s: command %q: %w", where, spec.Command[0], err)
+	}
+	logf, err := os.OpenFile(d.logPath(name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("%s: log: %w", where, err)
+	}
+	defer logf.Close()
+	cmd := &exec.Cmd{Path: bin, Args: spec.Command, Env: childEnv(spec.Environment), Dir: "/", Stdout: logf, Stderr: logf,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if err := ns.Do(cmd.Start); err != nil {
+		return fmt.Errorf("%s: start %q: %w", where, spec.Command[0], err)
+	}
+	go func() { _ = cmd.Wait() }() // reap it while this process lives; init adopts it after
+	start, err := procStartTime(cmd.Process.Pid)
+	if err != nil {
+		return fmt.Errorf("%s: main process %d exited at once (see %s): %w", where, cmd.Process.Pid, d.logPath(name), err)
+	}
+	sc.Marker, sc.HasCommand, sc.Pid, sc.StartTime, sc.StartedAt, sc.Stopped = spec.Owner.Marker(), true, cmd.Process.Pid, start, time.Now().UTC(), false
+	if err := d.writeSidecar(sc); err != nil {
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	return nil
+}
+
+func childEnv(env map[string]string) []string {
+	out := []string{basePath, "HOME=/root", "TERM=dumb"}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// ObserveNode reports Absent when the namespace is gone, Drifted when its marker or identity
+// departs from the handle, Degraded when a declared main process is not (or no longer) running,
+// Present otherwise. Attributes: netns, pid.
+func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) (substrate.Observation, error) {
+	obs := substrate.Observation{ExternalID: h.ExternalID, At: time.Now().UTC()}
+	p, err := decode(h.Private, kindNode)
+	if err != nil {
+		obs.Status = substrate.Unknown
+		obs.Reason = err.Error()
+		return obs, fmt.Errorf("node %s: %w", owner.Address, err)
+	}
+	path := d.nsPath(p.Netns)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || (err == nil && !isNetnsMount(path)) {
+		obs.Status = substrate.Absent
+		obs.Reason = "namespace " + path + " does not exist"
+		return obs, nil
+	} else if err != nil {
+		obs.Status = substrate.Unknown
+		return obs, fmt.Errorf("node %s: %w: %w", owner.Address, driver.ErrUnavailable, err)
+	}
+	ino, err := nsInode(path)
+	if err != nil {
+		obs.Status = substrate.Unknown
+		return obs, fmt.Errorf("node %s: %w: %w", owner.Address, driver.ErrUnavailable, err)
+	}
+	obs.Attributes = map[string]string{"netns": p.Netns, "netns_path": path}
+	found, merr := nsMarker(d.ns(p.Netns))
+	if merr == nil {
+		obs.Owner = &found
+	}
+	switch {
+	case merr != nil || !found.Equal(owner):
+		obs.Status = substrate.Drifted
+		obs.Reason = "namespace " + p.Netns + " lacks this node's ownership marker"
+		return obs, nil
+	case p.NsInode != 0 && ino != p.NsInode:
+		obs.Status = substrate.Drifted
+		obs.Reason = "namespace " + p.Netns + " was replaced by another namespace of the same name"
+		return obs, nil
+	}
+	sc, err := d.readSidecar(p.Netns)
+	if err != nil {
+		obs.Status = substrate.Degraded
+		obs.Reason = "sidecar record unreadable: " + err.Error()
+		return obs, nil
+	}
+	obs.Status = substrate.Present
+	if sc.HasCommand {
+		switch {
+		case sc.Pid == 0 || sc.Stopped:
+			obs.Status = substrate.Degraded
+			obs.Reason = "main process not running (stopped or never started)"
+		case !processAlive(sc.Pid, sc.StartTime, ino):
+			obs.Status = substrate.Degraded
+			obs.Reason = fmt.Sprintf("main process %d exited (log: %s)", sc.Pid, d.logPath(p.Netns))
+		default:
+			obs.Attributes["pid"] = strconv.Itoa(sc.Pid)
+		}
+	}
+	return obs, nil
+}
+
+// StopNode stops the recorded main process (SIGTERM, then SIGKILL after 5 s), after checking
+// ownership. The namespace and its wiring stay.
+func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
+	ns, err := d.NodeNetns(ctx, h)
+	if err != nil {
+		if errors.Is(err, driver.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	if err := checkNsOwned(ns, owner); err != nil {
+		return fmt.Errorf("node %s: %w", owner.Address, err)
+	}
+	sc, err := d.readSidecar(h.ExternalID)
+	if err != nil {
+		return fmt.Errorf("node %s: sidecar: %w", owner.Address, err)
+	}
+	if processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
+		_ = syscall.Kill(sc.Pid, syscall.SIGTERM)
+		deadline := time.Now().Add(5 * time.Second)
+		for processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(sc.Pid, syscall.SIGKILL)
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	sc.Stopped = true
+	return d.writeSidecar(sc)
+}
+
+// DeleteNode checks the namespace's marker, kills every process inside it, deletes the host
+// ends of its veths (so that nothing lingers while the kernel frees the namespace), and removes
+// the bind mount, sidecar and log. A namespace that is already gone is not an error.
+func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
+	p, err := decode(h.Private, kindNode)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", owner.Address, err)
+	}
+	path := d.nsPath(p.Netns)
+	where := fmt.Sprintf("node %s: netns %s", owner.Address, p.Netns)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		d.removeFiles(p.Netns)
+		return nil
+	}
+	if !isNetnsMount(path) {
+		return fmt.Errorf("%s: %s is not a mounted namespace: %w", where, path, driver.ErrNotOwned)
+	}
+	if err := checkNsOwned(d.ns(p.Netns), owner); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	ino, err := nsInode(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if p.NsInode != 0 && ino != p.NsInode {
+		return fmt.Errorf("%s: namespace was replaced (inode %d, recorded %d): %w", where, ino, p.NsInode, driver.ErrNotOwned)
+	}
+	if err := killNetnsProcesses(ino, 5*time.Second); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	links, err := linuxnet.HostLinksOf(owner)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	for _, l := range links {
+		if err := linuxnet.DeleteVeth(ctx, l, owner); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	if err := removeNamedNetns(path); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	d.removeFiles(p.Netns)
+	return nil
+}
+
+func (d *Driver) removeFiles(name string) {
+	_ = os.Remove(d.sidecarPath(name))
+	_ = os.Remove(d.logPath(name))
+}

@@ -1,0 +1,178 @@
+package netns
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+func (d *Driver) nsPath(name string) string { return filepath.Join(d.NetnsDir, name) }
+
+func (d *Driver) ns(name string) linuxnet.Netns { return linuxnet.Netns{Path: d.nsPath(name)} }
+
+var sharedOnce sync.Map // dir → error
+
+// ensureNetnsDir makes dir a shared mount point, as `ip netns add` does, so that namespace
+// bind mounts made here are visible to other mount namespaces.
+func ensureNetnsDir(dir string) error {
+	v, _ := sharedOnce.LoadOrStore(dir, new(sync.Once))
+	var err error
+	v.(*sync.Once).Do(func() {
+		if err = os.MkdirAll(dir, 0o755); err != nil {
+			return
+		}
+		if e := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, ""); e == nil {
+			return
+		} else if !errors.Is(e, unix.EINVAL) {
+			err = fmt.Errorf("make %s shared: %w", dir, e)
+			return
+		}
+		if e := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); e != nil {
+			err = fmt.Errorf("bind %s: %w", dir, e)
+			return
+		}
+		if e := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, ""); e != nil {
+			err = fmt.Errorf("make %s shared: %w", dir, e)
+		}
+	})
+	if err != nil {
+		sharedOnce.Delete(dir)
+	}
+	return err
+}
+
+// createNamedNetns makes a new network namespace and bind-mounts it at path.
+func createNamedNetns(path string) error {
+	if err := ensureNetnsDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := vnetns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+		merr := unix.Mount(src, path, "none", unix.MS_BIND, "")
+		if err := vnetns.Set(orig); err != nil {
+			// The thread stays locked and dies with this goroutine.
+			errc <- fmt.Errorf("return to host netns: %w", err)
+			return
+		}
+		runtime.UnlockOSThread()
+		if merr != nil {
+			merr = fmt.Errorf("bind mount namespace at %s: %w", path, merr)
+		}
+		errc <- merr
+	}()
+	if err := <-errc; err != nil {
+		_ = unix.Unmount(path, unix.MNT_DETACH)
+		_ = os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// removeNamedNetns unmounts and removes the bind mount; the kernel frees the namespace once no
+// process or link holds it.
+func removeNamedNetns(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
+}
+
+// nsInode is the nsfs inode behind path (a bind mount or /proc/PID/ns/net).
+func nsInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// isNetnsMount reports whether path is a mounted network namespace (not just a leftover file).
+func isNetnsMount(path string) bool {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return false
+	}
+	return fs.Type == unix.NSFS_MAGIC
+}
+
+// nsMarker reads the owner marker from the namespace's loopback alias.
+func nsMarker(ns linuxnet.Netns) (substrate.Owner, error) {
+	nh, err := ns.Netlink()
+	if err != nil {
+		return substrate.Owner{}, err
+	}
+	defer nh.Close()
+	lo, err := nh.LinkByName("lo")
+	if err != nil {
+		return substrate.Owner{}, fmt.Errorf("netns %s: lo: %w", ns, err)
+	}
+	return substrate.ParseMarker(lo.Attrs().Alias)
+}
+
+// setNsMarker writes owner's marker into the namespace's loopback alias and brings lo up.
+func setNsMarker(ns linuxnet.Netns, owner substrate.Owner) error {
+	nh, err := ns.Netlink()
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	lo, err := nh.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("netns %s: lo: %w", ns, err)
+	}
+	if err := nh.LinkSetAlias(lo, owner.Marker()); err != nil {
+		return fmt.Errorf("netns %s: lo alias: %w", ns, err)
+	}
+	if err := nh.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("netns %s: lo up: %w", ns, err)
+	}
+	return nil
+}
+
+// checkNsOwned compares the namespace's marker with owner exactly.
+func checkNsOwned(ns linuxnet.Netns, owner substrate.Owner) error {
+	if !owner.Complete() {
+		return fmt.Errorf("netns %s: incomplete ownership evidence %+v: %w", ns, owner, driver.ErrNotOwned)
+	}
+	found, err := nsMarker(ns)
+	if err != nil {
+		return fmt.Errorf("netns %s: no sysbox ownership marker: %v: %w", ns, err, driver.ErrNotOwned)
+	}
+	if !found.Equal(owner) {
+		return fmt.Errorf("netns %s: owned by %s %s generation %d (topology %s), not %s generation %d: %w",
+			ns, found.Type, found.Address, found.Generation, found.Topology, owner.Address, owner.Generation, driver.ErrNotOwned)
+	}
+	return nil
+}
