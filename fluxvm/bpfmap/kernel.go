@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"runtime"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -32,6 +34,7 @@ type KernelStore struct {
 	tool            string
 	batch           int
 	allowBootChange bool
+	parallel        int  // workers for large hash-family maps
 	noBatch         bool // tests: behave as on a kernel without batch map operations
 	now             func() time.Time
 }
@@ -56,13 +59,24 @@ func WithBatchEntries(n int) Option {
 	}
 }
 
+// WithParallel sets how many threads read or write a large hash-family map at once (default:
+// GOMAXPROCS, at most 4). 1 disables parallel access.
+func WithParallel(n int) Option {
+	return func(s *KernelStore) {
+		if n > 0 {
+			s.parallel = n
+		}
+	}
+}
+
 // WithAllowBootChange lets Restore replay a snapshot taken in an earlier boot. Only for an
 // operator who has checked that the map now pinned is the right target.
 func WithAllowBootChange() Option { return func(s *KernelStore) { s.allowBootChange = true } }
 
 // NewStore returns the real, kernel-backed Store.
 func NewStore(opts ...Option) *KernelStore {
-	s := &KernelStore{bootIDPath: DefaultBootIDPath, tool: "fluxvm-upgrade", batch: DefaultBatchEntries, now: time.Now}
+	s := &KernelStore{bootIDPath: DefaultBootIDPath, tool: "fluxvm-upgrade", batch: DefaultBatchEntries, now: time.Now,
+		parallel: min(runtime.GOMAXPROCS(0), 4)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -481,6 +495,20 @@ func (s *KernelStore) dump(ctx context.Context, m *ebpf.Map, keep bool, progress
 	if ks == 0 || vs == 0 {
 		return nil, "", fmt.Errorf("key size %d, value size %d: %w", ks, vs, ErrNotGeneric)
 	}
+	if w := s.workers(m); w > 1 {
+		out, err := s.dumpParallel(ctx, m, w, progress)
+		switch {
+		case err == nil:
+			if !keep {
+				out = &entryChunks{n: out.n}
+			}
+			return out, "batch", nil
+		case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, syscall.Errno(524)):
+			// ENOTSUPP (524) and friends: use the library's single-threaded path below.
+		default:
+			return nil, "", err
+		}
+	}
 	batch := s.batch
 	if me := int(m.MaxEntries()); me > 0 && me < batch {
 		batch = me
@@ -580,6 +608,12 @@ func (s *KernelStore) iterate(ctx context.Context, m *ebpf.Map, keep bool, progr
 // update writes n packed entries in batches, falling back to one update per entry where the map
 // type has no batch update. It returns how many entries were written.
 func (s *KernelStore) update(ctx context.Context, m *ebpf.Map, keys, vals []byte, ks, vs int, n int64, progress Progress) (int64, error) {
+	if w := s.workers(m); w > 1 && n >= int64(2*s.batch) {
+		done, err := s.updateParallel(ctx, m, keys, vals, ks, vs, n, w, progress)
+		if err == nil || done > 0 || !errors.Is(err, ebpf.ErrNotSupported) {
+			return done, err
+		}
+	}
 	var done int64
 	report(progress, 0, n)
 	for done < n {
