@@ -89,6 +89,14 @@ func TxDir(p *Plan) string { return filepath.Join(p.StateDir, p.TransactionID) }
 // LockPath is the transaction's lock file; it lives beside the directory and is never unlinked.
 func LockPath(stateDir, txID string) string { return filepath.Join(stateDir, txID+".lock") }
 
+// failpoint calls AfterRecord (crash tests) with a point name: a record's Key(), "ran:C:S" after
+// a step's action finished but before its outcome record, or "final:FILE".
+func (e *Engine) failpoint(key string) {
+	if e.AfterRecord != nil {
+		e.AfterRecord(key)
+	}
+}
+
 // tx is one transaction being driven by this process, holding its lock.
 type tx struct {
 	e    *Engine
@@ -138,9 +146,7 @@ func (t *tx) appendEvent(ev Event) error {
 		return fmt.Errorf("transaction %s: journal: %w", t.plan.TransactionID, err)
 	}
 	t.view = replay(append(t.view.events, ev))
-	if t.e.AfterRecord != nil {
-		t.e.AfterRecord(ev.Key())
-	}
+	t.e.failpoint(ev.Key())
 	return nil
 }
 
@@ -223,6 +229,9 @@ func (t *tx) rollbackNow(ctx context.Context, reason string) (Result, error) {
 	}
 	if t.view.end != nil {
 		if t.view.end.State == StateCommitted {
+			if err := t.finalize(ctx); err != nil {
+				return t.result(), err
+			}
 			return t.result(), fmt.Errorf("transaction %s: %w; start a new transaction to downgrade", p.TransactionID, ErrAlreadyCommitted)
 		}
 		return t.drive(ctx)
@@ -295,6 +304,7 @@ func (t *tx) forward(ctx context.Context) error {
 			}
 			t.e.progressf("%s: %s ...", c.Name, step)
 			detail, stepErr := t.runForward(ctx, c, step, attempt)
+			t.e.failpoint("ran:" + c.Name + ":" + step)
 			if stepErr != nil {
 				t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
 				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
@@ -368,6 +378,7 @@ func (t *tx) rollbackPhase(ctx context.Context) error {
 			}
 			t.e.progressf("%s: %s ...", c.Name, step)
 			detail, stepErr := t.runRollbackStep(ctx, c, step, attempt)
+			t.e.failpoint("ran:" + c.Name + ":" + step)
 			if stepErr != nil {
 				t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
 				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
@@ -596,15 +607,11 @@ func (t *tx) finalize(ctx context.Context) error {
 	if err := durable.WriteFile(filepath.Join(t.dir, FinalFile), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("transaction %s: %w", t.plan.TransactionID, err)
 	}
-	if t.e.AfterRecord != nil {
-		t.e.AfterRecord("final:" + FinalFile)
-	}
+	t.e.failpoint("final:" + FinalFile)
 	if _, err := evidence.Write(t.dir); err != nil {
 		return fmt.Errorf("transaction %s: %w", t.plan.TransactionID, err)
 	}
-	if t.e.AfterRecord != nil {
-		t.e.AfterRecord("final:" + evidence.ManifestFile)
-	}
+	t.e.failpoint("final:" + evidence.ManifestFile)
 	if s := t.plan.Signing; s != nil {
 		signer := t.e.Signer
 		if signer == nil {
