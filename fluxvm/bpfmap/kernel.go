@@ -426,14 +426,11 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 
 // keysNotIn returns the keys in cur that are not among the packed keys of snap.
 func keysNotIn(cur *entryChunks, ks int, snap []byte) [][]byte {
-	set := make(map[string]struct{}, len(snap)/ks)
-	for off := 0; off+ks <= len(snap); off += ks {
-		set[string(snap[off:off+ks])] = struct{}{}
-	}
+	set := newKeySet(snap, ks)
 	var out [][]byte
 	for _, kb := range cur.keys {
 		for off := 0; off+ks <= len(kb); off += ks {
-			if _, ok := set[string(kb[off:off+ks])]; !ok {
+			if !set.has(kb[off : off+ks]) {
 				out = append(out, kb[off:off+ks])
 			}
 		}
