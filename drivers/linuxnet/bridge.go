@@ -54,6 +54,12 @@ func CreateBridge(ctx context.Context, spec BridgeSpec) error {
 			}
 			return fmt.Errorf("bridge %s: create: %w", spec.Name, err)
 		}
+		// The kernel ignores IFLA_IFALIAS on creation; set it right after. A bridge left
+		// without it by a crash in between is never adopted or deleted (no marker).
+		if err := netlink.LinkSetAlias(br, marker); err != nil {
+			_ = netlink.LinkDel(br)
+			return fmt.Errorf("bridge %s: mark: %w", spec.Name, err)
+		}
 	default:
 		return fmt.Errorf("bridge %s: %w: %w", spec.Name, driver.ErrUnavailable, err)
 	}

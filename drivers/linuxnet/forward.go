@@ -217,3 +217,14 @@ func warnLegacy() {
 		slog.Warn("legacy iptables (x_tables) filter table is loaded; sysbox cannot add forward-accept rules there, so bridged traffic may be dropped if its FORWARD policy is DROP")
 	}
 }
+
+// HostForwardFilter reports whether the host namespace has an ip filter FORWARD base chain
+// (iptables-nft, e.g. dockerd's), i.e. whether bridges need the forward-accept rule.
+func HostForwardFilter() (bool, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, err
+	}
+	ch, err := forwardBaseChain(c)
+	return ch != nil, err
+}

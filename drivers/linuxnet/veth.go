@@ -117,6 +117,9 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 			_ = netlink.LinkDel(v)
 		}
 	}()
+	if err := netlink.LinkSetAlias(v, marker); err != nil { // ignored on creation by the kernel
+		return Veth{}, fmt.Errorf("%s: mark: %w", where, err)
+	}
 	if err := netlink.LinkSetMasterByIndex(v, br.Attrs().Index); err != nil {
 		return Veth{}, fmt.Errorf("%s: enslave to %s: %w", where, spec.Bridge, err)
 	}
