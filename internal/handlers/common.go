@@ -1,0 +1,368 @@
+package handlers
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/plans"
+)
+
+// diags collects diagnostics for one instance with its address in every message.
+type diags struct {
+	addr addrs.Instance
+	body hcl.Body
+	decl hcl.Range
+	list hcl.Diagnostics
+}
+
+func newDiags(req *config.DecodeRequest) *diags {
+	return &diags{addr: req.Addr, body: req.Body, decl: req.DeclRange}
+}
+
+func (d *diags) add(rng hcl.Range, summary, format string, args ...any) {
+	d.list = append(d.list, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary,
+		Detail: d.addr.String() + ": " + fmt.Sprintf(format, args...), Subject: rng.Ptr()})
+}
+
+// attr returns the range of a top-level attribute's expression (or the block's).
+func (d *diags) attr(name string) hcl.Range {
+	if b, ok := d.body.(*hclsyntax.Body); ok {
+		if a, ok := b.Attributes[name]; ok {
+			return a.Expr.Range()
+		}
+	}
+	return d.decl
+}
+
+// block returns the range of a nested block's attribute: the block selected by label (if
+// label != "") or by its index among blocks of that type.
+func (d *diags) block(typ, label string, index int, attr string) hcl.Range {
+	b, ok := d.body.(*hclsyntax.Body)
+	if !ok {
+		return d.decl
+	}
+	i := 0
+	for _, blk := range b.Blocks {
+		if blk.Type != typ {
+			continue
+		}
+		match := (label != "" && len(blk.Labels) > 0 && blk.Labels[0] == label) || (label == "" && i == index)
+		i++
+		if !match {
+			continue
+		}
+		if a, ok := blk.Body.Attributes[attr]; ok && attr != "" {
+			return a.Expr.Range()
+		}
+		return blk.DefRange()
+	}
+	return d.decl
+}
+
+// str reads an optional string attribute of obj ("" when null).
+func str(obj cty.Value, name string) string {
+	if !obj.Type().IsObjectType() || !obj.Type().HasAttribute(name) {
+		return ""
+	}
+	v := obj.GetAttr(name)
+	if v.IsNull() || !v.IsKnown() || v.Type() != cty.String {
+		return ""
+	}
+	return v.AsString()
+}
+
+// num reads an optional whole-number attribute (0 when null).
+func num(obj cty.Value, name string) (int, bool) {
+	if !obj.Type().HasAttribute(name) {
+		return 0, true
+	}
+	v := obj.GetAttr(name)
+	if v.IsNull() {
+		return 0, true
+	}
+	i, acc := v.AsBigFloat().Int64()
+	if acc != 0 || i > 1<<31 || i < -(1<<31) {
+		return 0, false
+	}
+	return int(i), true
+}
+
+func strList(obj cty.Value, name string) []string {
+	if !obj.Type().HasAttribute(name) {
+		return nil
+	}
+	v := obj.GetAttr(name)
+	if v.IsNull() {
+		return nil
+	}
+	var out []string
+	for it := v.ElementIterator(); it.Next(); {
+		_, e := it.Element()
+		if !e.IsNull() {
+			out = append(out, e.AsString())
+		}
+	}
+	return out
+}
+
+func strMap(obj cty.Value, name string) map[string]string {
+	if !obj.Type().HasAttribute(name) {
+		return nil
+	}
+	v := obj.GetAttr(name)
+	if v.IsNull() || v.LengthInt() == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for it := v.ElementIterator(); it.Next(); {
+		k, e := it.Element()
+		if !e.IsNull() {
+			out[k.AsString()] = e.AsString()
+		}
+	}
+	return out
+}
+
+// ref reads a reference attribute: a resource object (sysbox_network.lan, whose "address" is
+// used) or a canonical address string. want is the expected resource type.
+func ref(d *diags, obj cty.Value, name, want string, rng hcl.Range) (addrs.Instance, cty.Value, bool) {
+	if !obj.Type().HasAttribute(name) {
+		return addrs.Instance{}, cty.NilVal, false
+	}
+	v := obj.GetAttr(name)
+	if v.IsNull() {
+		return addrs.Instance{}, cty.NilVal, false
+	}
+	var s string
+	switch {
+	case v.Type() == cty.String:
+		s = v.AsString()
+	case v.Type().IsObjectType() && v.Type().HasAttribute("address") && v.GetAttr("address").Type() == cty.String:
+		s = v.GetAttr("address").AsString()
+	default:
+		d.add(rng, "Invalid reference", "%s must be a %s resource (e.g. %s.NAME) or its address, got %s", name, want, want, v.Type().FriendlyName())
+		return addrs.Instance{}, cty.NilVal, false
+	}
+	a, err := addrs.ParseInstance(s)
+	if err != nil {
+		d.add(rng, "Invalid reference", "%s: %v", name, err)
+		return addrs.Instance{}, cty.NilVal, false
+	}
+	// A bare address string is relative to the referring module.
+	if v.Type() == cty.String {
+		a = addrs.NewInstance(append(append(addrs.Module(nil), d.addr.Module...), a.Module...), a.Resource, a.Key)
+	}
+	if a.Resource.Type != want || a.Resource.Mode == addrs.Data && want != "sysbox_artifact" {
+		d.add(rng, "Invalid reference", "%s must refer to a %s, got %s", name, want, a)
+		return addrs.Instance{}, cty.NilVal, false
+	}
+	if !v.Type().IsObjectType() {
+		v = cty.NilVal
+	}
+	return a, v, true
+}
+
+// ipv4Prefix checks "a.b.c.d/n"; IPv6 is rejected with its own message.
+func ipv4Prefix(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		if _, aerr := netip.ParseAddr(s); aerr == nil {
+			return netip.Prefix{}, fmt.Errorf("%q has no prefix length (write e.g. %s/24)", s, s)
+		}
+		return netip.Prefix{}, fmt.Errorf("%q is not an IPv4 CIDR prefix", s)
+	}
+	if !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("%q is IPv6; sysbox supports IPv4 only here", s)
+	}
+	return p, nil
+}
+
+func ipv4Addr(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%q is not an IPv4 address", s)
+	}
+	if !a.Is4() {
+		return netip.Addr{}, fmt.Errorf("%q is IPv6; sysbox supports IPv4 only here", s)
+	}
+	return a, nil
+}
+
+func oneOf(v string, allowed ...string) bool {
+	for _, a := range allowed {
+		if v == a {
+			return true
+		}
+	}
+	return false
+}
+
+// refValue builds the object expressions see: the stored form's attributes plus computed
+// attributes (unknown until apply) and the address.
+func refValue(addr addrs.Instance, stored any, computed map[string]cty.Type) cty.Value {
+	b, err := json.Marshal(stored)
+	if err != nil {
+		return cty.DynamicVal
+	}
+	ty, err := ctyjson.ImpliedType(b)
+	if err != nil {
+		return cty.DynamicVal
+	}
+	v, err := ctyjson.Unmarshal(b, ty)
+	if err != nil {
+		return cty.DynamicVal
+	}
+	attrs := v.AsValueMap()
+	if attrs == nil {
+		attrs = map[string]cty.Value{}
+	}
+	attrs["address"] = cty.StringVal(addr.String())
+	for n, t := range computed {
+		attrs[n] = cty.UnknownVal(t)
+	}
+	return cty.ObjectVal(attrs)
+}
+
+// defaultMAC derives a stable, locally administered unicast MAC from address and attachment.
+func defaultMAC(addr addrs.Instance, attachment string) string {
+	sum := sha256.Sum256([]byte(addr.String() + "\x00" + attachment))
+	sum[0] = sum[0]&0xfc | 0x02
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", sum[0], sum[1], sum[2], sum[3], sum[4], sum[5])
+}
+
+// attrRule says what a change of one stored attribute does.
+type attrRule struct {
+	effect plans.Effect
+	why    string
+	// perKey diffs a JSON object attribute key by key (attachment.lan rather than attachment).
+	perKey bool
+}
+
+// diffAttrs compares two stored JSON objects attribute by attribute under rules. Attributes
+// missing from rules force replacement (the safe default for a new attribute).
+func diffAttrs(prior, desired json.RawMessage, rules map[string]attrRule, updateVerb string) (plans.Diff, error) {
+	var p, n map[string]json.RawMessage
+	if err := json.Unmarshal(prior, &p); err != nil {
+		return plans.Diff{}, fmt.Errorf("prior attributes: %w", err)
+	}
+	if err := json.Unmarshal(desired, &n); err != nil {
+		return plans.Diff{}, fmt.Errorf("desired attributes: %w", err)
+	}
+	keys := map[string]struct{}{}
+	for k := range p {
+		keys[k] = struct{}{}
+	}
+	for k := range n {
+		keys[k] = struct{}{}
+	}
+	names := make([]string, 0, len(keys))
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var changes []plans.AttrChange
+	for _, k := range names {
+		rule, ok := rules[k]
+		if !ok {
+			rule = attrRule{effect: plans.ForcesReplacement}
+		}
+		if rule.perKey {
+			var pm, nm map[string]json.RawMessage
+			_ = json.Unmarshal(orNull(p[k]), &pm)
+			_ = json.Unmarshal(orNull(n[k]), &nm)
+			sub := map[string]struct{}{}
+			for s := range pm {
+				sub[s] = struct{}{}
+			}
+			for s := range nm {
+				sub[s] = struct{}{}
+			}
+			subs := make([]string, 0, len(sub))
+			for s := range sub {
+				subs = append(subs, s)
+			}
+			sort.Strings(subs)
+			for _, s := range subs {
+				if !jsonEqual(pm[s], nm[s]) {
+					changes = append(changes, plans.AttrChange{Path: k + "[" + quote(s) + "]", Before: pm[s], After: nm[s], Effect: rule.effect, Why: rule.why})
+				}
+			}
+			continue
+		}
+		if !jsonEqual(p[k], n[k]) {
+			changes = append(changes, plans.AttrChange{Path: k, Before: p[k], After: n[k], Effect: rule.effect, Why: rule.why})
+		}
+	}
+	d := plans.Diff{Action: plans.NoOp, Changes: changes}
+	var repl, upd, none []string
+	for _, c := range changes {
+		switch c.Effect {
+		case plans.ForcesReplacement:
+			repl = append(repl, c.Path)
+		case plans.InPlace:
+			upd = append(upd, c.Path)
+		default:
+			none = append(none, c.Path)
+		}
+	}
+	switch {
+	case len(repl) > 0:
+		d.Action = plans.Replace
+		d.Reason = strings.Join(repl, ", ") + " changed (forces replacement)"
+	case len(upd) > 0:
+		d.Action = plans.Update
+		d.Reason = strings.Join(upd, ", ") + " changed (" + updateVerb + ")"
+	case len(none) > 0:
+		d.Reason = strings.Join(none, ", ") + " changed (no effect on the existing object)"
+	default:
+		d.Reason = "up to date"
+	}
+	return d, nil
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func orNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+// jsonEqual compares two JSON texts semantically (key order and spacing ignored; absent = null).
+func jsonEqual(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	return canonical(a) == canonical(b)
+}
+
+func canonical(b json.RawMessage) string {
+	if len(b) == 0 {
+		return "null"
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return string(b)
+	}
+	out, _ := json.Marshal(v)
+	return string(out)
+}
+
+func marshalStored(v any) (json.RawMessage, error) {
+	return json.Marshal(v)
+}

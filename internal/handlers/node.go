@@ -1,0 +1,340 @@
+package handlers
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"sort"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hcldec"
+	"github.com/zclconf/go-cty/cty"
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/plans"
+)
+
+// NodeConfig is the stored form of sysbox_node.
+type NodeConfig struct {
+	Driver      string                `json:"driver"`
+	Artifact    string                `json:"artifact,omitempty"` // canonical address
+	Kernel      string                `json:"kernel,omitempty"`   // canonical address
+	CPUs        int                   `json:"cpus,omitempty"`
+	MemoryMB    int                   `json:"memory_mb,omitempty"`
+	Command     []string              `json:"command,omitempty"`
+	Environment map[string]string     `json:"environment,omitempty"` // values may be secret references
+	Hostname    string                `json:"hostname,omitempty"`
+	Attachments map[string]Attachment `json:"attachment,omitempty"` // by logical name
+	Routes      []Route               `json:"route,omitempty"`
+	Provisioner []Provisioner         `json:"provisioner,omitempty"`
+}
+
+// Attachment is a node's connection to a network; identity = (node address, name) (S8).
+type Attachment struct {
+	Network string   `json:"network"` // canonical address of a sysbox_network
+	IPv4    []string `json:"ipv4,omitempty"`
+	MAC     string   `json:"mac"` // configured, or derived from address + name
+	Gateway string   `json:"gateway,omitempty"`
+	Aliases []string `json:"aliases,omitempty"`
+}
+
+// Route is a static route inside the node.
+type Route struct {
+	To  string `json:"to"`
+	Via string `json:"via"`
+}
+
+// Provisioner runs once after the node is created and wired.
+type Provisioner struct {
+	Type    string   `json:"type"`
+	Command []string `json:"command"`
+}
+
+// NodeDrivers are the node drivers sysbox knows.
+var NodeDrivers = []string{"netns", "docker", "libvirt", "firecracker"}
+
+var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+
+// Node handles sysbox_node.
+type Node struct{}
+
+func (*Node) Type() string        { return "sysbox_node" }
+func (*Node) Modes() (bool, bool) { return true, false }
+func (*Node) SchemaVersion() int  { return 1 }
+
+// Spec implements config.Schema.
+func (*Node) Spec() hcldec.Spec {
+	return hcldec.ObjectSpec{
+		"driver":      &hcldec.AttrSpec{Name: "driver", Type: cty.String},
+		"artifact":    &hcldec.AttrSpec{Name: "artifact", Type: cty.DynamicPseudoType},
+		"kernel":      &hcldec.AttrSpec{Name: "kernel", Type: cty.DynamicPseudoType},
+		"cpus":        &hcldec.AttrSpec{Name: "cpus", Type: cty.Number},
+		"memory_mb":   &hcldec.AttrSpec{Name: "memory_mb", Type: cty.Number},
+		"command":     &hcldec.AttrSpec{Name: "command", Type: cty.List(cty.String)},
+		"environment": &hcldec.AttrSpec{Name: "environment", Type: cty.Map(cty.String)},
+		"hostname":    &hcldec.AttrSpec{Name: "hostname", Type: cty.String},
+		"attachment": &hcldec.BlockObjectSpec{TypeName: "attachment", LabelNames: []string{"name"}, Nested: hcldec.ObjectSpec{
+			"network": &hcldec.AttrSpec{Name: "network", Type: cty.DynamicPseudoType, Required: true},
+			"ipv4":    &hcldec.AttrSpec{Name: "ipv4", Type: cty.List(cty.String)},
+			"mac":     &hcldec.AttrSpec{Name: "mac", Type: cty.String},
+			"gateway": &hcldec.AttrSpec{Name: "gateway", Type: cty.String},
+			"aliases": &hcldec.AttrSpec{Name: "aliases", Type: cty.List(cty.String)},
+		}},
+		"route": &hcldec.BlockListSpec{TypeName: "route", Nested: hcldec.ObjectSpec{
+			"to":  &hcldec.AttrSpec{Name: "to", Type: cty.String, Required: true},
+			"via": &hcldec.AttrSpec{Name: "via", Type: cty.String, Required: true},
+		}},
+		"provisioner": &hcldec.BlockListSpec{TypeName: "provisioner", Nested: hcldec.ObjectSpec{
+			"type":    &hcldec.BlockLabelSpec{Index: 0, Name: "type"},
+			"command": &hcldec.AttrSpec{Name: "command", Type: cty.List(cty.String), Required: true},
+		}},
+	}
+}
+
+// Decode implements config.Schema.
+func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
+	d := newDiags(req)
+	v := req.Value
+	c := NodeConfig{Driver: str(v, "driver"), Command: strList(v, "command"), Environment: strMap(v, "environment"), Hostname: str(v, "hostname")}
+	if c.Driver == "" {
+		c.Driver = "netns"
+	}
+	if !oneOf(c.Driver, NodeDrivers...) {
+		d.add(d.attr("driver"), "Invalid node driver", "driver %q is not one of %v", c.Driver, NodeDrivers)
+	}
+	var refs []config.Reference
+	artKind := func(name string) (string, bool) {
+		a, obj, ok := ref(d, v, name, "sysbox_artifact", d.attr(name))
+		if !ok {
+			return "", false
+		}
+		refs = append(refs, config.Reference{Addr: a, Attr: name, Range: d.attr(name)})
+		if name == "artifact" {
+			c.Artifact = a.String()
+		} else {
+			c.Kernel = a.String()
+		}
+		if obj != cty.NilVal {
+			return str(obj, "kind"), true
+		}
+		return "", true
+	}
+	ak, hasArt := artKind("artifact")
+	kk, hasKernel := artKind("kernel")
+	wantKind := func(name, got string, kinds ...string) {
+		if got != "" && !oneOf(got, kinds...) {
+			d.add(d.attr(name), "Wrong artifact kind", "driver %s needs %s of kind %v, got %q", c.Driver, name, kinds, got)
+		}
+	}
+	switch c.Driver {
+	case "netns":
+		if hasKernel {
+			d.add(d.attr("kernel"), "Kernel not used", "netns nodes share the host kernel; remove kernel")
+		}
+	case "docker":
+		if !hasArt {
+			d.add(d.decl, "Missing artifact", "docker nodes need artifact (an oci_image or rootfs archive)")
+		}
+		wantKind("artifact", ak, "oci_image", "rootfs")
+		if hasKernel {
+			d.add(d.attr("kernel"), "Kernel not used", "docker nodes share the host kernel; remove kernel")
+		}
+	case "libvirt":
+		if !hasArt {
+			d.add(d.decl, "Missing artifact", "libvirt nodes need artifact (a qcow2 disk)")
+		}
+		wantKind("artifact", ak, "qcow2", "rootfs")
+		wantKind("kernel", kk, "kernel")
+	case "firecracker":
+		if !hasArt || !hasKernel {
+			d.add(d.decl, "Missing artifact", "firecracker nodes need artifact (a rootfs) and kernel")
+		}
+		wantKind("artifact", ak, "rootfs")
+		wantKind("kernel", kk, "kernel")
+	}
+	var ok bool
+	if c.CPUs, ok = num(v, "cpus"); !ok || c.CPUs < 0 || c.CPUs > 256 {
+		d.add(d.attr("cpus"), "Invalid cpus", "cpus must be a whole number from 1 to 256")
+	}
+	if c.MemoryMB, ok = num(v, "memory_mb"); !ok || c.MemoryMB < 0 || c.MemoryMB > 1<<20 {
+		d.add(d.attr("memory_mb"), "Invalid memory_mb", "memory_mb must be a whole number of MiB")
+	}
+	if c.Hostname != "" && !hostnameRE.MatchString(c.Hostname) {
+		d.add(d.attr("hostname"), "Invalid hostname", "hostname %q is not a valid host name label", c.Hostname)
+	}
+	for k := range c.Environment {
+		if !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(k) {
+			d.add(d.attr("environment"), "Invalid environment", "environment key %q is not a valid variable name", k)
+		}
+	}
+	if atts := v.GetAttr("attachment"); !atts.IsNull() && atts.LengthInt() > 0 {
+		c.Attachments = map[string]Attachment{}
+		for name, av := range atts.AsValueMap() {
+			at := Attachment{IPv4: strList(av, "ipv4"), MAC: str(av, "mac"), Gateway: str(av, "gateway"), Aliases: strList(av, "aliases")}
+			nrng := d.block("attachment", name, 0, "network")
+			na, nobj, ok := ref(d, av, "network", "sysbox_network", nrng)
+			if ok {
+				at.Network = na.String()
+				refs = append(refs, config.Reference{Addr: na, Attr: fmt.Sprintf("attachment[%q].network", name), Range: nrng})
+			}
+			var netPrefix netip.Prefix
+			if nobj != cty.NilVal {
+				netPrefix, _ = netip.ParsePrefix(str(nobj, "ipv4_cidr"))
+			}
+			for _, ip := range at.IPv4 {
+				p, err := ipv4Prefix(ip)
+				rng := d.block("attachment", name, 0, "ipv4")
+				switch {
+				case err != nil:
+					d.add(rng, "Invalid attachment address", "attachment %q: ipv4: %v", name, err)
+				case netPrefix.IsValid() && !netPrefix.Contains(p.Addr()):
+					d.add(rng, "Address outside the network", "attachment %q: %s is not inside %s (%s)", name, ip, netPrefix, at.Network)
+				case netPrefix.IsValid() && (p.Addr() == netPrefix.Masked().Addr()):
+					d.add(rng, "Invalid attachment address", "attachment %q: %s is the network address of %s", name, ip, netPrefix)
+				}
+			}
+			if at.Gateway != "" {
+				if _, err := ipv4Addr(at.Gateway); err != nil {
+					d.add(d.block("attachment", name, 0, "gateway"), "Invalid gateway", "attachment %q: gateway: %v", name, err)
+				}
+			}
+			if at.MAC == "" {
+				at.MAC = defaultMAC(req.Addr, name)
+			} else if hw, err := net.ParseMAC(at.MAC); err != nil || len(hw) != 6 || hw[0]&1 == 1 {
+				d.add(d.block("attachment", name, 0, "mac"), "Invalid MAC", "attachment %q: mac %q must be a unicast 48-bit MAC like 02:00:00:00:00:01", name, at.MAC)
+			} else {
+				at.MAC = hw.String()
+			}
+			for _, al := range at.Aliases {
+				if !hostnameRE.MatchString(al) {
+					d.add(d.block("attachment", name, 0, "aliases"), "Invalid alias", "attachment %q: alias %q is not a valid host name label", name, al)
+				}
+			}
+			c.Attachments[name] = at
+		}
+	}
+	if rs := v.GetAttr("route"); !rs.IsNull() {
+		i := 0
+		for it := rs.ElementIterator(); it.Next(); i++ {
+			_, rv := it.Element()
+			r := Route{To: str(rv, "to"), Via: str(rv, "via")}
+			if r.To == "default" {
+				r.To = "0.0.0.0/0"
+			}
+			if _, err := ipv4Prefix(r.To); err != nil {
+				d.add(d.block("route", "", i, "to"), "Invalid route", "route %d: to: %v", i, err)
+			}
+			if _, err := ipv4Addr(r.Via); err != nil {
+				d.add(d.block("route", "", i, "via"), "Invalid route", "route %d: via: %v", i, err)
+			}
+			c.Routes = append(c.Routes, r)
+		}
+	}
+	if ps := v.GetAttr("provisioner"); !ps.IsNull() {
+		i := 0
+		for it := ps.ElementIterator(); it.Next(); i++ {
+			_, pv := it.Element()
+			p := Provisioner{Type: str(pv, "type"), Command: strList(pv, "command")}
+			if p.Type != "exec" {
+				d.add(d.block("provisioner", "", i, ""), "Unknown provisioner", "provisioner %q is not supported (exec)", p.Type)
+			}
+			if len(p.Command) == 0 {
+				d.add(d.block("provisioner", "", i, "command"), "Empty provisioner command", "provisioner %d: command must name a program", i)
+			}
+			c.Provisioner = append(c.Provisioner, p)
+		}
+	}
+	if d.list.HasErrors() {
+		return nil, d.list
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].Attr < refs[j].Attr })
+	ref := refValue(req.Addr, c, map[string]cty.Type{"external_id": cty.String, "generation": cty.Number, "observation": cty.String})
+	return &config.Decoded{Config: c, Ref: ref, References: refs}, d.list
+}
+
+// Desired implements plans.Handler.
+func (*Node) Desired(ri *config.ResourceInstance, _ plans.Facts) (json.RawMessage, error) {
+	c, ok := ri.Config.(NodeConfig)
+	if !ok {
+		return nil, fmt.Errorf("%s: internal error: config is %T", ri.Addr, ri.Config)
+	}
+	return marshalStored(c)
+}
+
+// nodeRules: a node has no in-place update. Every attribute that shapes the running node
+// forces replacement; provisioners run only when a node is created, so changing them has no
+// effect on an existing node (reset or replace to run them again).
+var nodeRules = map[string]attrRule{
+	"driver":      {effect: plans.ForcesReplacement, why: "a node cannot move between drivers"},
+	"artifact":    {effect: plans.ForcesReplacement, why: "the node's baseline changes"},
+	"kernel":      {effect: plans.ForcesReplacement, why: "the node's baseline changes"},
+	"cpus":        {effect: plans.ForcesReplacement, why: "resources are fixed at creation"},
+	"memory_mb":   {effect: plans.ForcesReplacement, why: "resources are fixed at creation"},
+	"command":     {effect: plans.ForcesReplacement, why: "the main process is fixed at creation"},
+	"environment": {effect: plans.ForcesReplacement, why: "the environment is fixed at creation"},
+	"hostname":    {effect: plans.ForcesReplacement, why: "the hostname is fixed at creation"},
+	"attachment":  {effect: plans.ForcesReplacement, why: "attachments are wired at creation", perKey: true},
+	"route":       {effect: plans.ForcesReplacement, why: "guest network is configured at creation"},
+	"provisioner": {effect: plans.NoEffect, why: "provisioners run only when the node is created"},
+}
+
+// Diff implements plans.Handler.
+func (*Node) Diff(prior, desired json.RawMessage) (plans.Diff, error) {
+	return diffAttrs(prior, desired, nodeRules, "")
+}
+
+// DependencyChanged implements plans.Handler: replacing a node's artifact, kernel or an
+// attachment's network replaces the node; anything else (depends_on, a firewall) does not.
+func (*Node) DependencyChanged(ri *config.ResourceInstance, dep addrs.Instance, a plans.Action) (plans.Action, string) {
+	c, ok := ri.Config.(NodeConfig)
+	if !ok || (a != plans.Replace && a != plans.Create) {
+		return plans.NoOp, ""
+	}
+	ds := dep.String()
+	verb := "replaced"
+	if a == plans.Create {
+		verb = "recreated"
+	}
+	switch ds {
+	case c.Artifact:
+		return plans.Replace, fmt.Sprintf("artifact %s is %s (new baseline)", ds, verb)
+	case c.Kernel:
+		return plans.Replace, fmt.Sprintf("kernel %s is %s (new baseline)", ds, verb)
+	}
+	names := make([]string, 0, len(c.Attachments))
+	for n := range c.Attachments {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if c.Attachments[n].Network == ds {
+			return plans.Replace, fmt.Sprintf("attachment %q: network %s is %s", n, ds, verb)
+		}
+	}
+	return plans.NoOp, ""
+}
+
+// Requirements implements plans.Handler.
+func (*Node) Requirements(attrs json.RawMessage, action plans.Action) (plans.Requirement, error) {
+	var c NodeConfig
+	if err := json.Unmarshal(attrs, &c); err != nil {
+		return plans.Requirement{}, err
+	}
+	r := plans.Requirement{Driver: c.Driver}
+	switch action {
+	case plans.Create, plans.Replace:
+		r.Capabilities = []driver.Capability{driver.CapNodeLifecycle, driver.CapNodeState}
+		if len(c.Attachments) > 0 {
+			r.Capabilities = append(r.Capabilities, driver.CapNIC)
+		}
+		if len(c.Provisioner) > 0 {
+			r.Capabilities = append(r.Capabilities, driver.CapGuestExec)
+		}
+	case plans.Delete:
+		r.Capabilities = []driver.Capability{driver.CapNodeLifecycle, driver.CapNodeState}
+	}
+	return r, nil
+}
