@@ -1,0 +1,138 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"zyvor.dev/sysbox/internal/backend"
+	"zyvor.dev/sysbox/internal/backend/backendtest"
+	"zyvor.dev/sysbox/internal/backend/local"
+	"zyvor.dev/sysbox/internal/states"
+)
+
+func newLocal(t *testing.T) *local.Backend {
+	b, err := local.New(filepath.Join(t.TempDir(), "s.sbxstate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func seed(t *testing.T, m *backend.Manager, addrs ...string) *states.State {
+	st, err := m.Mutate(context.Background(), "apply", false, func(st *states.State) error {
+		for _, a := range addrs {
+			st.Set(backendtest.Resource(st.Lineage, a))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestRequireRefusesBeforeMutation(t *testing.T) {
+	b := newLocal(t)
+	seed(t, backend.NewManager(b, backend.Options{}), "sysbox_node.web", "sysbox_network.lan")
+	needsIP := func(r *states.Resource) []string {
+		if r.Addr.Resource.Type == "sysbox_node" && !strings.Contains(string(r.Attributes), `"ipv4"`) {
+			return []string{"attributes.ipv4"}
+		}
+		return nil
+	}
+	m := backend.NewManager(b, backend.Options{Require: needsIP})
+	_, err := m.Mutate(context.Background(), "apply", true, func(*states.State) error {
+		t.Fatal("mutation ran on a state the schema refuses")
+		return nil
+	})
+	if !errors.Is(err, states.ErrIncompatible) || !strings.Contains(err.Error(), "sysbox_node.web: missing attributes.ipv4") {
+		t.Fatalf("got %v, want ErrIncompatible naming sysbox_node.web attributes.ipv4", err)
+	}
+	if snaps, _ := b.Snapshots(context.Background()); len(snaps) != 0 {
+		t.Fatalf("got %d snapshots, want none before a refused mutation", len(snaps))
+	}
+	if _, err := m.Read(context.Background()); !errors.Is(err, states.ErrIncompatible) {
+		t.Fatalf("Read: got %v, want ErrIncompatible", err)
+	}
+}
+
+func TestTxnSaveRefusesOtherLineageAndKeepsSerial(t *testing.T) {
+	ctx := context.Background()
+	m := backend.NewManager(newLocal(t), backend.Options{})
+	seed(t, m, "sysbox_node.web")
+	tx, err := m.Begin(ctx, "apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close(ctx)
+	other := states.New()
+	other.Serial = 9
+	if err := tx.Save(ctx, other); !errors.Is(err, backend.ErrConflict) || other.Serial != 9 {
+		t.Fatalf("got %v (serial now %d), want a lineage conflict leaving serial 9", err, other.Serial)
+	}
+	if err := tx.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Save(ctx, tx.State()); err == nil {
+		t.Fatalf("save after Close: got nil, want an error")
+	}
+	if err := tx.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestBeginWaitsForLockTimeout(t *testing.T) {
+	ctx := context.Background()
+	b := newLocal(t)
+	m := backend.NewManager(b, backend.Options{})
+	tx, err := m.Begin(ctx, "apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		tx.Close(ctx)
+	}()
+	waiting := backend.NewManager(newLocalAt(t, b.Path()), backend.Options{LockTimeout: 10 * time.Second})
+	tx2, err := waiting.Begin(ctx, "destroy")
+	if err != nil {
+		t.Fatalf("Begin with -lock-timeout 10s: %v", err)
+	}
+	tx2.Close(ctx)
+	impatient := backend.NewManager(newLocalAt(t, b.Path()), backend.Options{})
+	tx3, _ := m.Begin(ctx, "apply")
+	defer tx3.Close(ctx)
+	if _, err := impatient.Begin(ctx, "destroy"); !errors.Is(err, backend.ErrLocked) || !strings.Contains(err.Error(), `for "apply"`) {
+		t.Fatalf("got %v, want ErrLocked naming the apply holding it", err)
+	}
+}
+
+func newLocalAt(t *testing.T, p string) *local.Backend {
+	b, err := local.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestCapabilityString(t *testing.T) {
+	tests := []struct {
+		c    backend.Capability
+		want string
+	}{
+		{0, "none"},
+		{backend.Locking | backend.CAS, "locking, compare-and-swap"},
+		{backend.ForceUnlock | backend.Snapshot, "snapshot, force-unlock"},
+	}
+	for _, tt := range tests {
+		if got := tt.c.String(); got != tt.want {
+			t.Errorf("got %q, want %q", got, tt.want)
+		}
+	}
+}
