@@ -136,3 +136,48 @@ func TestCapabilityString(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreAdapter(t *testing.T) {
+	ctx := context.Background()
+	b := newLocal(t)
+	s := backend.NewManager(b, backend.Options{}).Store()
+	st := states.New()
+	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
+	st.Serial = 1
+	if err := s.Save(ctx, st, 0); err == nil || !strings.Contains(err.Error(), "lock is not held") {
+		t.Fatalf("save without lock: got %v, want refusal", err)
+	}
+	unlock, err := s.Lock(ctx, "apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Read(ctx); got != nil || err != nil {
+		t.Fatalf("empty: got %v %v, want nil nil", got, err)
+	}
+	if err := s.Snapshot(ctx, "nothing yet"); err != nil {
+		t.Fatalf("snapshot of nothing: %v", err)
+	}
+	if err := s.Save(ctx, st, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Snapshot(ctx, "before destroy"); err != nil {
+		t.Fatal(err)
+	}
+	st2 := st.Clone()
+	st2.Serial = 2
+	if err := s.Save(ctx, st2, 0); !errors.Is(err, backend.ErrConflict) {
+		t.Fatalf("stale expectSerial: got %v, want ErrConflict", err)
+	}
+	if _, err := backend.NewManager(newLocalAt(t, b.Path()), backend.Options{}).Begin(ctx, "destroy"); !errors.Is(err, backend.ErrLocked) {
+		t.Fatalf("while the store holds the lock: got %v, want ErrLocked", err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatalf("second unlock: %v", err)
+	}
+	if snaps, _ := b.Snapshots(ctx); len(snaps) != 1 || snaps[0].Serial != 1 {
+		t.Fatalf("got %+v, want one snapshot at serial 1", snaps)
+	}
+}
