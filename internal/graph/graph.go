@@ -1,0 +1,359 @@
+package graph
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"zyvor.dev/sysbox/internal/addrs"
+)
+
+// Graph is a DAG (once Validate passes) of resource instances.
+type Graph struct {
+	nodes []addrs.Instance
+	index map[string]int
+	deps  [][]int // node → nodes it depends on
+	rdeps [][]int // node → nodes that depend on it
+}
+
+// New returns an empty graph.
+func New() *Graph { return &Graph{index: map[string]int{}} }
+
+// Add adds a node (idempotent) and returns its id.
+func (g *Graph) Add(a addrs.Instance) int {
+	k := a.UniqueKey()
+	if id, ok := g.index[k]; ok {
+		return id
+	}
+	id := len(g.nodes)
+	g.nodes = append(g.nodes, a)
+	g.index[k] = id
+	g.deps = append(g.deps, nil)
+	g.rdeps = append(g.rdeps, nil)
+	return id
+}
+
+// Connect records that from depends on to; both are added if missing. Duplicate edges are
+// harmless but callers should avoid them.
+func (g *Graph) Connect(from, to addrs.Instance) {
+	f, t := g.Add(from), g.Add(to)
+	g.deps[f] = append(g.deps[f], t)
+	g.rdeps[t] = append(g.rdeps[t], f)
+}
+
+// Len is the number of nodes.
+func (g *Graph) Len() int { return len(g.nodes) }
+
+// Has reports whether a is a node.
+func (g *Graph) Has(a addrs.Instance) bool { _, ok := g.index[a.UniqueKey()]; return ok }
+
+// Nodes returns the nodes sorted by address.
+func (g *Graph) Nodes() []addrs.Instance {
+	out := append([]addrs.Instance(nil), g.nodes...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
+}
+
+// DependenciesOf returns what a depends on, sorted.
+func (g *Graph) DependenciesOf(a addrs.Instance) []addrs.Instance {
+	return g.list(g.deps, a)
+}
+
+// DependentsOf returns what depends on a, sorted.
+func (g *Graph) DependentsOf(a addrs.Instance) []addrs.Instance {
+	return g.list(g.rdeps, a)
+}
+
+func (g *Graph) list(adj [][]int, a addrs.Instance) []addrs.Instance {
+	id, ok := g.index[a.UniqueKey()]
+	if !ok {
+		return nil
+	}
+	out := make([]addrs.Instance, 0, len(adj[id]))
+	for _, d := range adj[id] {
+		out = append(out, g.nodes[d])
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
+	return out
+}
+
+// Reverse returns the graph with every edge turned around: the destroy graph.
+func (g *Graph) Reverse() *Graph {
+	r := &Graph{nodes: g.nodes, index: g.index, deps: g.rdeps, rdeps: g.deps}
+	return r
+}
+
+// CycleError reports a dependency cycle by its addresses, first repeated at the end.
+type CycleError struct {
+	Cycle []addrs.Instance
+}
+
+func (e *CycleError) Error() string {
+	parts := make([]string, len(e.Cycle))
+	for i, a := range e.Cycle {
+		parts[i] = a.String()
+	}
+	return "dependency cycle: " + strings.Join(parts, " → ")
+}
+
+// idHeap orders ready node ids by address for deterministic orders.
+type idHeap struct {
+	ids []int
+	g   *Graph
+}
+
+func (h *idHeap) Len() int           { return len(h.ids) }
+func (h *idHeap) Less(i, j int) bool { return h.g.nodes[h.ids[i]].Less(h.g.nodes[h.ids[j]]) }
+func (h *idHeap) Swap(i, j int)      { h.ids[i], h.ids[j] = h.ids[j], h.ids[i] }
+func (h *idHeap) Push(x any)         { h.ids = append(h.ids, x.(int)) }
+func (h *idHeap) Pop() any {
+	x := h.ids[len(h.ids)-1]
+	h.ids = h.ids[:len(h.ids)-1]
+	return x
+}
+
+// TopoOrder returns the nodes so that every node comes after everything it depends on (create
+// order). A cycle is a *CycleError.
+func (g *Graph) TopoOrder() ([]addrs.Instance, error) {
+	n := len(g.nodes)
+	indeg := make([]int, n)
+	for i := range g.deps {
+		indeg[i] = len(g.deps[i])
+	}
+	h := &idHeap{g: g}
+	for i := 0; i < n; i++ {
+		if indeg[i] == 0 {
+			h.ids = append(h.ids, i)
+		}
+	}
+	heap.Init(h)
+	out := make([]addrs.Instance, 0, n)
+	for h.Len() > 0 {
+		id := heap.Pop(h).(int)
+		out = append(out, g.nodes[id])
+		for _, r := range g.rdeps[id] {
+			indeg[r]--
+			if indeg[r] == 0 {
+				heap.Push(h, r)
+			}
+		}
+	}
+	if len(out) != n {
+		return nil, g.findCycle(indeg)
+	}
+	return out, nil
+}
+
+// DestroyOrder returns the reverse dependency order: dependents before what they depend on.
+func (g *Graph) DestroyOrder() ([]addrs.Instance, error) { return g.Reverse().TopoOrder() }
+
+// Validate returns a *CycleError if the graph has a cycle.
+func (g *Graph) Validate() error {
+	_, err := g.TopoOrder()
+	return err
+}
+
+// findCycle finds one cycle among the nodes Kahn's algorithm could not order (indeg > 0).
+func (g *Graph) findCycle(indeg []int) error {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := make([]uint8, len(g.nodes))
+	// iterate in address order for a deterministic report
+	var stuck []int
+	for i, d := range indeg {
+		if d > 0 {
+			stuck = append(stuck, i)
+		}
+	}
+	sort.Slice(stuck, func(i, j int) bool { return g.nodes[stuck[i]].Less(g.nodes[stuck[j]]) })
+	for _, start := range stuck {
+		if color[start] != white {
+			continue
+		}
+		// iterative DFS
+		type frame struct{ id, next int }
+		stack := []frame{{start, 0}}
+		color[start] = grey
+		for len(stack) > 0 {
+			top := &stack[len(stack)-1]
+			if top.next < len(g.deps[top.id]) {
+				d := g.deps[top.id][top.next]
+				top.next++
+				switch color[d] {
+				case white:
+					color[d] = grey
+					stack = append(stack, frame{d, 0})
+				case grey:
+					var cyc []addrs.Instance
+					i := len(stack) - 1
+					for stack[i].id != d {
+						i--
+					}
+					for ; i < len(stack); i++ {
+						cyc = append(cyc, g.nodes[stack[i].id])
+					}
+					cyc = append(cyc, g.nodes[d])
+					return &CycleError{Cycle: cyc}
+				}
+				continue
+			}
+			color[top.id] = black
+			stack = stack[:len(stack)-1]
+		}
+	}
+	return errors.New("dependency cycle (not located)")
+}
+
+// Subgraph returns the nodes in keep plus everything they depend on, transitively, with the
+// edges among them (for -target).
+func (g *Graph) Subgraph(keep []addrs.Instance) *Graph {
+	out := New()
+	seen := make([]bool, len(g.nodes))
+	var queue []int
+	for _, a := range keep {
+		if id, ok := g.index[a.UniqueKey()]; ok && !seen[id] {
+			seen[id] = true
+			queue = append(queue, id)
+		}
+	}
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		out.Add(g.nodes[id])
+		for _, d := range g.deps[id] {
+			out.Connect(g.nodes[id], g.nodes[d])
+			if !seen[d] {
+				seen[d] = true
+				queue = append(queue, d)
+			}
+		}
+	}
+	return out
+}
+
+// SkippedError reports nodes not visited because something they depend on failed.
+type SkippedError struct {
+	Node   addrs.Instance
+	Failed addrs.Instance
+}
+
+func (e *SkippedError) Error() string {
+	return fmt.Sprintf("%s: skipped: dependency %s failed", e.Node, e.Failed)
+}
+
+// Walk calls fn for every node once all its dependencies succeeded, running at most
+// parallelism calls at a time (parallelism < 1 means 1). A node whose dependency failed or was
+// skipped is not called. Cancelling ctx stops new calls. The error joins every failure
+// (wrapped with the node's address), every skip, and ctx's error if it was cancelled.
+// The graph must be acyclic (Validate).
+func (g *Graph) Walk(ctx context.Context, parallelism int, fn func(ctx context.Context, node addrs.Instance) error) error {
+	if err := g.Validate(); err != nil {
+		return err
+	}
+	if parallelism < 1 {
+		parallelism = 1
+	}
+	n := len(g.nodes)
+	indeg := make([]int, n)
+	for i := range g.deps {
+		indeg[i] = len(g.deps[i])
+	}
+	failedBy := make([]int, n) // -1: fine; else id of the failed root cause
+	for i := range failedBy {
+		failedBy[i] = -1
+	}
+	var (
+		mu      sync.Mutex
+		errs    []error
+		ready   = &idHeap{g: g}
+		running int
+		done    int
+		wake    = make(chan struct{}, n+1)
+	)
+	for i := 0; i < n; i++ {
+		if indeg[i] == 0 {
+			ready.ids = append(ready.ids, i)
+		}
+	}
+	heap.Init(ready)
+	// finish records a node's result; called with mu held.
+	var finish func(id int, cause int)
+	finish = func(id int, cause int) {
+		done++
+		for _, r := range g.rdeps[id] {
+			if cause >= 0 && failedBy[r] < 0 {
+				failedBy[r] = cause
+			}
+			indeg[r]--
+			if indeg[r] == 0 {
+				if failedBy[r] >= 0 {
+					errs = append(errs, &SkippedError{Node: g.nodes[r], Failed: g.nodes[failedBy[r]]})
+					finish(r, failedBy[r])
+				} else {
+					heap.Push(ready, r)
+				}
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	mu.Lock()
+	for done < n {
+		for ready.Len() > 0 && running < parallelism && ctx.Err() == nil {
+			id := heap.Pop(ready).(int)
+			running++
+			wg.Add(1)
+			go func(id int) {
+				defer wg.Done()
+				err := fn(ctx, g.nodes[id])
+				mu.Lock()
+				running--
+				cause := -1
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", g.nodes[id], err))
+					cause = id
+				}
+				finish(id, cause)
+				mu.Unlock()
+				wake <- struct{}{}
+			}(id)
+		}
+		if ctx.Err() != nil && running == 0 {
+			break
+		}
+		if running == 0 && ready.Len() == 0 {
+			break // cannot happen on a DAG; defensive
+		}
+		mu.Unlock()
+		<-wake
+		mu.Lock()
+	}
+	mu.Unlock()
+	wg.Wait()
+	if err := ctx.Err(); err != nil && done < n {
+		errs = append(errs, fmt.Errorf("walk stopped after %d of %d nodes: %w", done, n, err))
+	}
+	return errors.Join(errs...)
+}
+
+// DOT renders the graph in Graphviz form, nodes and edges sorted.
+func (g *Graph) DOT() string {
+	var b strings.Builder
+	b.WriteString("digraph sysbox {\n  rankdir = \"RL\";\n  node [shape = rect];\n")
+	for _, a := range g.Nodes() {
+		fmt.Fprintf(&b, "  %q;\n", a.String())
+	}
+	for _, a := range g.Nodes() {
+		for _, d := range g.DependenciesOf(a) {
+			fmt.Fprintf(&b, "  %q -> %q;\n", a.String(), d.String())
+		}
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
