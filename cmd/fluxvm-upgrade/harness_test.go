@@ -58,11 +58,14 @@ func TestMain(m *testing.M) {
 // checks the map holds the restored entries and fails for the component named in $FAIL_HEALTH.
 const hookScript = `#!/bin/sh
 set -eu
-bin=$1 fake=$2 order=$3 work=$4 fail=$5
+bin=$1 fake=$2 order=$3 work=$4 fail=$5 wait=${6:-} failrb=${7:-}
 c=$FLUXVM_COMPONENT
 pin=$FLUXVM_BPFFS_ROOT/$c/m
 echo "$c/$FLUXVM_STEP" >> "$order"
 case $FLUXVM_STEP in
+preflight)
+	if [ -n "$wait" ]; then while [ ! -e "$wait" ]; do sleep 0.05; done; fi
+	;;
 apply)
 	printf 'new config of %s\n' "$c" > "$work/$c.conf"
 	echo created > "$work/$c.created"
@@ -70,6 +73,7 @@ apply)
 	"$bin" fake-map --state "$fake" put "$pin" 03 00
 	;;
 rollback)
+	[ "$c" != "$failrb" ]
 	"$bin" fake-map --state "$fake" create "$pin" --type Hash --key-size 1 --value-size 1 --max-entries 8
 	;;
 health)
@@ -92,7 +96,18 @@ type world struct {
 	comps []string
 }
 
+// worldOpts varies the hooks and plan: which component's health or rollback fails, a file the
+// preflight hooks wait for, and a signing block.
+type worldOpts struct {
+	failHealth, waitFile, failRollback string
+	signingKey                         string
+}
+
 func newWorld(t *testing.T, failHealth string) *world {
+	return newWorldOpts(t, worldOpts{failHealth: failHealth})
+}
+
+func newWorldOpts(t *testing.T, o worldOpts) *world {
 	t.Helper()
 	w := &world{t: t, bin: testBinary(t), dir: t.TempDir(), comps: []string{"alpha", "beta", "gamma"}}
 	w.state = filepath.Join(w.dir, "state")
@@ -118,12 +133,16 @@ func newWorld(t *testing.T, failHealth string) *world {
 		if err := os.WriteFile(filepath.Join(w.work, c+".conf"), []byte("old config of "+c+"\n"), 0o640); err != nil {
 			t.Fatal(err)
 		}
-		argv, _ := json.Marshal([]string{hook, w.bin, w.fake, w.order, w.work, failHealth})
+		argv, _ := json.Marshal([]string{hook, w.bin, w.fake, w.order, w.work, o.failHealth, o.waitFile, o.failRollback})
 		hooks := fmt.Sprintf(`{"preflight":%[1]s,"apply":%[1]s,"health":%[1]s,"rollback":%[1]s,"rollback_health":%[1]s}`, argv)
 		comps = append(comps, fmt.Sprintf(`{"name":%q,"hooks":%s,"files":[%q,%q],"maps":[{"name":"m","pin":"%s/m","policy":"merge","type":"Hash","key_size":1,"value_size":1}]}`,
 			c, hooks, filepath.Join(w.work, c+".conf"), filepath.Join(w.work, c+".created"), c))
 	}
-	plan := fmt.Sprintf(`{"transaction_id":"crash-tx","state_dir":%q,"bpffs_root":%q,"components":[%s]}`, w.state, w.bpf, strings.Join(comps, ","))
+	signing := ""
+	if o.signingKey != "" {
+		signing = fmt.Sprintf(`,"signing":{"ssh_private_key":%q,"namespace":"fluxvm-upgrade"}`, o.signingKey)
+	}
+	plan := fmt.Sprintf(`{"transaction_id":"crash-tx","state_dir":%q,"bpffs_root":%q,"components":[%s]%s}`, w.state, w.bpf, strings.Join(comps, ","), signing)
 	w.plan = filepath.Join(w.dir, "plan.json")
 	if err := os.WriteFile(w.plan, []byte(plan), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"zyvor.dev/sysbox/fluxvm/upgrade"
+	"zyvor.dev/sysbox/internal/testenv"
+)
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	w := newWorld(t, "")
+	for _, cmd := range []string{"", "validate", "probe", "plan", "run", "resume", "rollback", "status", "reconcile", "verify-evidence"} {
+		args := []string{"--help"}
+		if cmd != "" {
+			args = []string{cmd, "--help"}
+		}
+		r := w.run("", args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
+			t.Errorf("%s --help: exit %d, output %q", cmd, r.code, r.stdout)
+		}
+	}
+	if r := w.run("", "frobnicate"); r.code != exitUsage {
+		t.Errorf("unknown command: got exit %d, want %d", r.code, exitUsage)
+	}
+}
+
+func TestValidateExitCodes(t *testing.T) {
+	w := newWorld(t, "")
+	if r := w.run("", "validate", w.plan); r.code != 0 || !strings.Contains(r.stdout, "valid plan") {
+		t.Errorf("valid plan: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	bad := filepath.Join(w.dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"transaction_id":"../x","components":[{"name":"a","hooks":{"apply":"rm -rf /"},"maps":[{"name":"m","pin":"/etc/m","policy":"copy"}]}],"extra":1}`), 0o644)
+	r := w.run("", "validate", bad)
+	if r.code != exitInvalidPlan {
+		t.Fatalf("invalid plan: got exit %d, want %d", r.code, exitInvalidPlan)
+	}
+	for _, want := range []string{"$.transaction_id", "$.extra", "$.components[0].hooks.apply", "$.components[0].hooks.preflight", "$.components[0].maps[0].pin", "$.components[0].maps[0].policy", "bad.json:1:"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("validate output lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	r = w.run("", "validate", "--json", bad)
+	var out struct {
+		Valid    bool
+		Problems []upgrade.Problem
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Valid || len(out.Problems) < 6 || r.code != exitInvalidPlan {
+		t.Errorf("validate --json: exit %d, %v, %+v", r.code, err, out)
+	}
+	for _, cmd := range []string{"probe", "plan", "run", "resume", "rollback", "status"} {
+		if r := w.run("", cmd, bad); r.code != exitInvalidPlan {
+			t.Errorf("%s on invalid plan: got exit %d, want %d", cmd, r.code, exitInvalidPlan)
+		}
+	}
+}
+
+func TestRunStatusAndExitCodes(t *testing.T) {
+	w := newWorld(t, "")
+	if r := w.run("", "probe", w.plan); r.code != 0 {
+		t.Fatalf("probe: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	r := w.run("", "plan", w.plan)
+	if r.code != 0 || !strings.Contains(r.stdout, "policy=merge") || !strings.Contains(r.stdout, "entries=2") || !strings.Contains(r.stdout, "headroom=6") {
+		t.Errorf("plan: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(w.state); err == nil {
+		t.Errorf("plan/probe created the state dir")
+	}
+	if r := w.run("", "run", w.plan); r.code != 0 {
+		t.Fatalf("run: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	w.checkConverged(upgrade.StateCommitted)
+	r = w.run("", "status", "--json", w.plan)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"transaction_id", "plan_sha256", "state", "components"} {
+		if m[k] == nil {
+			t.Errorf("status --json lacks %s", k)
+		}
+	}
+	if m["state"] != "committed" {
+		t.Errorf("status state: got %v", m["state"])
+	}
+	r = w.run("", "status", "--dir", w.txDir())
+	if r.code != 0 || !strings.Contains(r.stdout, "COMMITTED") || !strings.Contains(r.stdout, "done     apply") {
+		t.Errorf("status (human): exit %d:\n%s", r.code, r.stdout)
+	}
+	if r := w.run("", "run", w.plan); r.code != exitTxState {
+		t.Errorf("second run: got exit %d, want %d", r.code, exitTxState)
+	}
+	if r := w.run("", "rollback", w.plan); r.code != exitTxState {
+		t.Errorf("rollback of committed: got exit %d, want %d", r.code, exitTxState)
+	}
+	// verify-evidence detects tampering
+	os.WriteFile(filepath.Join(w.txDir(), "logs", "extra.log"), []byte("x"), 0o600)
+	r = w.run("", "verify-evidence", w.txDir())
+	if r.code != exitEvidence || !strings.Contains(r.stdout, "EXTRA    logs/extra.log") {
+		t.Errorf("verify-evidence with an extra file: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestRolledBackAndManualInterventionExitCodes(t *testing.T) {
+	w := newWorldOpts(t, worldOpts{failHealth: "beta"})
+	if r := w.run("", "run", w.plan); r.code != exitRolledBack {
+		t.Errorf("run with failing health: got exit %d, want %d: %s", r.code, exitRolledBack, r.stderr)
+	}
+	w.checkConverged(upgrade.StateRolledBack)
+
+	w = newWorldOpts(t, worldOpts{failHealth: "beta", failRollback: "alpha"})
+	r := w.run("", "run", w.plan)
+	if r.code != exitManualIntervention || !strings.Contains(r.stdout, "alpha: rollback") {
+		t.Errorf("run with failing rollback: got exit %d, want %d: %s%s", r.code, exitManualIntervention, r.stdout, r.stderr)
+	}
+	if st := w.status(); st.State != upgrade.StateManualIntervention {
+		t.Errorf("status: got %s", st.State)
+	}
+	if r := w.run("", "verify-evidence", w.txDir()); r.code != 0 {
+		t.Errorf("evidence of manual-intervention: exit %d: %s", r.code, r.stdout)
+	}
+}
+
+func TestPlanModifiedAndLockHeld(t *testing.T) {
+	wait := filepath.Join(t.TempDir(), "go")
+	w := newWorldOpts(t, worldOpts{waitFile: wait})
+	cmd := exec.Command(w.bin, "run", w.plan)
+	cmd.Env = append(os.Environ(), "FLUXVM_UPGRADE_TEST_FAKE_BPF="+w.fake)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// wait until the first process is inside alpha's preflight hook
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(string(mustRead(w.order)), "alpha/preflight") {
+		if time.Now().After(deadline) {
+			t.Fatal("first process never reached preflight")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, args := range [][]string{{"resume", w.plan}, {"rollback", w.plan}, {"run", w.plan}} {
+		start := time.Now()
+		r := w.run("", args...)
+		if r.code != exitLocked || !strings.Contains(r.stderr, "pid ") {
+			t.Errorf("%s while locked: exit %d, want %d naming the holder: %s", args[0], r.code, exitLocked, r.stderr)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s waited %s for the lock instead of failing at once", args[0], d)
+		}
+	}
+	// reconcile leaves the locked transaction alone
+	r := w.run("", "reconcile", "--state-dir", w.state, "--stale-minutes", "0")
+	if r.code != 0 || !strings.Contains(r.stdout, "skipped-locked") {
+		t.Errorf("reconcile of a locked transaction: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	os.WriteFile(wait, nil, 0o644)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	// modify the plan semantically: resume and rollback refuse, printing both hashes
+	b, _ := os.ReadFile(w.plan)
+	os.WriteFile(w.plan, []byte(strings.Replace(string(b), `"policy":"merge"`, `"policy":"replace"`, 1)), 0o644)
+	for _, c := range []string{"resume", "rollback"} {
+		r := w.run("", c, w.plan)
+		if r.code != exitPlanModified || strings.Count(r.stderr, "sha256") < 2 {
+			t.Errorf("%s with a modified plan: exit %d, want %d with both hashes: %s", c, r.code, exitPlanModified, r.stderr)
+		}
+	}
+	// whitespace-only changes keep the canonical hash
+	os.WriteFile(w.plan, []byte(strings.ReplaceAll(string(b), ",", " ,\n ")), 0o644)
+	if r := w.run("", "resume", w.plan); r.code != 0 {
+		t.Errorf("resume with a reformatted plan: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+func mustRead(p string) []byte {
+	b, _ := os.ReadFile(p)
+	return b
+}
+
+func TestSignedEvidence(t *testing.T) {
+	keygen := testenv.RequireBinary(t, "ssh-keygen")
+	keys := t.TempDir()
+	key := filepath.Join(keys, "upgrade-signing-key")
+	if out, err := exec.Command(keygen, "-q", "-t", "ed25519", "-N", "", "-C", "release", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+	}
+	pub, _ := os.ReadFile(key + ".pub")
+	allowed := filepath.Join(keys, "allowed_signers")
+	os.WriteFile(allowed, []byte("release@zyvor.dev "+string(pub)), 0o644)
+	w := newWorldOpts(t, worldOpts{signingKey: key})
+	if r := w.run("", "run", w.plan); r.code != 0 {
+		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(w.txDir(), "EVIDENCE.sha256.sig")); err != nil {
+		t.Fatal(err)
+	}
+	// the private key is referenced, never copied
+	keyBytes, _ := os.ReadFile(key)
+	filepath.Walk(w.txDir(), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() && strings.Contains(string(mustRead(p)), strings.TrimSpace(string(keyBytes))[40:120]) {
+			t.Errorf("%s contains the private key", p)
+		}
+		return nil
+	})
+	r := w.run("", "verify-evidence", w.txDir(), "--allowed-signers", allowed, "--identity", "release@zyvor.dev", "--namespace", "fluxvm-upgrade")
+	if r.code != 0 || !strings.Contains(r.stdout, "signature: valid") {
+		t.Errorf("verify good signature: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	r = w.run("", "verify-evidence", w.txDir(), "--allowed-signers", allowed, "--identity", "mallory@zyvor.dev")
+	if r.code != exitEvidence {
+		t.Errorf("verify wrong identity: exit %d, want %d: %s", r.code, exitEvidence, r.stdout)
+	}
+}
+
+func TestProbeFailureExitCode(t *testing.T) {
+	w := newWorld(t, "")
+	// remove beta's pin: probe and run must refuse without changing anything
+	b, _ := os.ReadFile(w.plan)
+	os.WriteFile(w.plan, []byte(strings.Replace(string(b), `"pin":"beta/m"`, `"pin":"beta/missing"`, 1)), 0o644)
+	r := w.run("", "probe", w.plan)
+	if r.code != exitProbeFailed || !strings.Contains(r.stdout, "FAIL $.components[1].maps[0]") {
+		t.Errorf("probe: exit %d: %s", r.code, r.stdout)
+	}
+	r = w.run("", "run", w.plan)
+	if r.code != exitProbeFailed {
+		t.Errorf("run: exit %d, want %d: %s", r.code, exitProbeFailed, r.stderr)
+	}
+	if len(w.hookOrder()) != 0 {
+		t.Errorf("hooks ran although probe failed: %v", w.hookOrder())
+	}
+}
