@@ -356,7 +356,7 @@ func TestDaemonWiringResetAndDestroy(t *testing.T) {
 	topo := "test-" + randHex(8)
 	cleanupTopology(t, d, topo)
 	art := resolveTestImage(t, d, "oci-layout", topo)
-	net := testBridge(t, "198.51.100.1/24")
+	net := testBridge(t, topo, "198.51.100.1/24")
 
 	type node struct {
 		owner substrate.Owner

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,8 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"zyvor.dev/sysbox/drivers/docker/imagetest"
-	"zyvor.dev/sysbox/internal/argv"
-	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -120,29 +118,27 @@ func cleanupTopology(t *testing.T, d *Driver, topology string) {
 	})
 }
 
-// testBridge creates a Linux bridge with addr (host side, may be empty) and an iptables accept
-// rule for traffic bridged between its ports (dockerd's FORWARD policy is DROP), removing both
-// when the test ends.
-func testBridge(t *testing.T, addr string) substrate.Handle {
+// testBridge creates an owner-marked Linux bridge with addr on its host side (may be empty)
+// through drivers/linuxnet, which also adds the host forward-accept rule dockerd's FORWARD DROP
+// policy needs; both are removed when the test ends.
+func testBridge(t *testing.T, topology, addr string) substrate.Handle {
 	t.Helper()
+	ctx := context.Background()
+	owner := substrate.Owner{Topology: topology, Address: "sysbox_network.test", Type: "sysbox_network", Generation: 1}
 	name := "sbt" + randHex(4)
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, Flags: net.FlagUp}}
-	if err := netlink.LinkAdd(br); err != nil {
+	if err := linuxnet.CreateBridge(ctx, linuxnet.BridgeSpec{Name: name, Owner: owner}); err != nil {
 		t.Fatalf("create bridge %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(name); err == nil {
-			_ = netlink.LinkDel(l)
+		if err := linuxnet.DeleteBridge(ctx, name, owner); err != nil {
+			t.Errorf("delete bridge %s: %v", name, err)
 		}
 	})
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		t.Fatal(err)
-	}
 	if addr != "" {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		a, err := netlink.ParseAddr(addr)
 		if err != nil {
 			t.Fatal(err)
@@ -151,13 +147,6 @@ func testBridge(t *testing.T, addr string) substrate.Handle {
 			t.Fatalf("bridge %s: add %s: %v", name, addr, err)
 		}
 	}
-	ipt := testenv.RequireBinary(t, "iptables")
-	rule := []string{"FORWARD", "-i", name, "-o", name, "-j", "ACCEPT"}
-	ctx := context.Background()
-	if _, err := (argv.Exec{}).Run(ctx, argv.Cmd{Argv: append([]string{ipt, "-I"}, rule...)}); err != nil {
-		t.Fatalf("forward accept rule for %s: %v", name, err)
-	}
-	t.Cleanup(func() { _, _ = (argv.Exec{}).Run(ctx, argv.Cmd{Argv: append([]string{ipt, "-D"}, rule...)}) })
 	return substrate.Handle{Driver: "test-bridge", ExternalID: name}
 }
 
@@ -181,5 +170,3 @@ func wantErrIs(t *testing.T, what string, err, target error) {
 		t.Fatalf("%s: got error %v, want one wrapping %v", what, err, target)
 	}
 }
-
-var _ = driver.ErrNotOwned

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -50,9 +51,13 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 	if spec.Network.ExternalID == "" {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: network handle names no bridge", what)
 	}
-	mac, err := net.ParseMAC(spec.MAC)
-	if err != nil || len(mac) != 6 {
-		return substrate.AttachmentState{}, fmt.Errorf("%s: mac %q: want a 48-bit MAC address", what, spec.MAC)
+	mac := linuxnet.DefaultMAC(spec.Node, spec.Name) // the same rule the netns driver uses
+	if spec.MAC != "" {
+		m, err := net.ParseMAC(spec.MAC)
+		if err != nil || len(m) != 6 {
+			return substrate.AttachmentState{}, fmt.Errorf("%s: mac %q: want a 48-bit MAC address", what, spec.MAC)
+		}
+		mac = m
 	}
 	ins, err := d.ensureRunning(ctx, what, node, spec.Owner)
 	if err != nil {
