@@ -446,7 +446,7 @@ func renderStatus(w io.Writer, s *upgrade.Status) {
 			if st.Phase == "rollback" {
 				ph = "(rollback) "
 			}
-			fmt.Fprintf(w, "    %-8s %s%s", st.Outcome, ph, st.Step)
+			fmt.Fprintf(w, "    %-8s %-28s", st.Outcome, ph+st.Step)
 			if st.StartedAt != "" {
 				fmt.Fprintf(w, "  %s", st.StartedAt)
 			}

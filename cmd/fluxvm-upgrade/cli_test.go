@@ -91,7 +91,7 @@ func TestRunStatusAndExitCodes(t *testing.T) {
 		t.Errorf("status state: got %v", m["state"])
 	}
 	r = w.run("", "status", "--dir", w.txDir())
-	if r.code != 0 || !strings.Contains(r.stdout, "COMMITTED") || !strings.Contains(r.stdout, "done     apply") {
+	if r.code != 0 || !strings.Contains(r.stdout, "COMMITTED") || !strings.Contains(r.stdout, "done     apply   ") {
 		t.Errorf("status (human): exit %d:\n%s", r.code, r.stdout)
 	}
 	if r := w.run("", "run", w.plan); r.code != exitTxState {
