@@ -421,7 +421,39 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 		return fail(fmt.Errorf("pin %s: %w", spec.Pin, err))
 	}
 	rep.Target.Entries = final
+	if t == ebpf.LRUHash {
+		// An LRU map evicts instead of refusing, and may do so before it is full (free
+		// nodes cached per CPU), so check that every restored key is still there.
+		if rep.Evicted, err = s.missingKeys(ctx, m, sd.Keys, ks); err != nil {
+			return fail(fmt.Errorf("pin %s: verify restored keys: %w", spec.Pin, err))
+		}
+		if rep.Evicted > 0 {
+			rep.Target.Entries = -1
+			return fail(fmt.Errorf("LRU map at %s evicted %d of the %d restored entries (max_entries %d): %w",
+				spec.Pin, rep.Evicted, h.Entries, target.MaxEntries, ErrOverCapacity))
+		}
+	}
 	return rep, nil
+}
+
+// missingKeys counts the packed keys that m does not hold.
+func (s *KernelStore) missingKeys(ctx context.Context, m *ebpf.Map, keys []byte, ks int) (int64, error) {
+	cur, _, err := s.dump(ctx, m, true, nil)
+	if err != nil {
+		return 0, err
+	}
+	packed := make([]byte, 0, cur.n*int64(ks))
+	for _, kb := range cur.keys {
+		packed = append(packed, kb...)
+	}
+	set := newKeySet(packed, ks)
+	var missing int64
+	for off := 0; off+ks <= len(keys); off += ks {
+		if !set.has(keys[off : off+ks]) {
+			missing++
+		}
+	}
+	return missing, nil
 }
 
 // keysNotIn returns the keys in cur that are not among the packed keys of snap.

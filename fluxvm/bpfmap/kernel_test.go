@@ -423,6 +423,37 @@ func TestKernelOtherMapTypes(t *testing.T) {
 		}
 	})
 
+	t.Run("lru restore that evicts is reported", func(t *testing.T) {
+		// 1000 entries fit a 1024-entry LRU map on paper, but an LRU map evicts early
+		// (free nodes cached per CPU); restore must say so rather than lose entries silently.
+		h.run("create", "-replace", "-type", "lru_hash", "-max", "4096", "-fill", "1000", "-seed", "11")
+		snap := filepath.Join(dir, "lru.snap")
+		if si, err := s.Snapshot(ctx, base, snap, nil); err != nil || si.Entries != 1000 {
+			t.Fatalf("Snapshot = %d entries, %v; want 1000", si.Entries, err)
+		}
+		h.run("create", "-replace", "-type", "lru_hash", "-max", "4096")
+		rep, err := s.Restore(ctx, base, snap, nil)
+		if err != nil || rep.Evicted != 0 {
+			t.Fatalf("Restore into a roomy LRU map = %+v, %v; want no eviction", rep, err)
+		}
+		checkEntries(t, "lru roomy", dumpPin(t, pin), want(ebpf.Hash, 8, 16, span{0, 1000, 11}))
+		h.run("create", "-replace", "-type", "lru_hash", "-max", "1000")
+		rep, err = s.Restore(ctx, base, snap, nil)
+		got := dumpPin(t, pin)
+		switch {
+		case err == nil:
+			// No eviction happened after all: then every entry must be there.
+			checkEntries(t, "lru tight", got, want(ebpf.Hash, 8, 16, span{0, 1000, 11}))
+		case errors.Is(err, ErrOverCapacity):
+			if rep.Evicted <= 0 || int64(len(got)) != 1000-rep.Evicted {
+				t.Errorf("LRU eviction reported %d, map holds %d of 1000", rep.Evicted, len(got))
+			}
+			t.Logf("reported: %v", err)
+		default:
+			t.Fatalf("Restore into a tight LRU map: %v", err)
+		}
+	})
+
 	t.Run("hash without batch support", func(t *testing.T) {
 		// Behave as on a kernel without BPF_MAP_*_BATCH: every path falls back to per-entry
 		// syscalls and must give the same result.

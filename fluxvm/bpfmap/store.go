@@ -60,6 +60,9 @@ type RestoreReport struct {
 	Deleted int64  `json:"deleted"`
 	Target  Info   `json:"target"`
 	Skipped bool   `json:"skipped,omitempty"` // metadata-only
+	// Evicted counts restored entries an LRU map pushed out again while restore wrote (the map
+	// was too full); Restore then also returns an error wrapping ErrOverCapacity.
+	Evicted int64 `json:"evicted,omitempty"`
 }
 
 // Progress receives done/total counts on long operations; it may be nil.
