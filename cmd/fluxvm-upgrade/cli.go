@@ -477,8 +477,8 @@ func (a *app) reconcileCmd() *cobra.Command {
 		Long: `reconcile scans the state directory. A running transaction whose journal made no progress for
 --stale-minutes and whose lock is free is rolled back with the plan as it was begun; a locked one
 is left alone; a terminal one with unfinished evidence is finalized; a corrupt journal is
-reported and not acted on. Meant for a timer (deploy/systemd/). Exit code 1 when any transaction
-could not be handled.`,
+reported and not acted on. Meant for a timer (deploy/systemd/). Exit code 7 when a rollback it
+started ended in manual-intervention, 1 when any transaction could not be handled.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if staleMinutes < 0 {
@@ -504,6 +504,11 @@ could not be handled.`,
 						fmt.Fprintf(a.stdout, ": %s", r.Detail)
 					}
 					fmt.Fprintln(a.stdout)
+				}
+			}
+			for _, r := range res {
+				if r.State == upgrade.StateManualIntervention && r.Action == "rolled-back" {
+					a.code = exitManualIntervention
 				}
 			}
 			if err != nil {
