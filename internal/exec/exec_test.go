@@ -1,0 +1,575 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/fake"
+	"zyvor.dev/sysbox/internal/states"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+func fakeSHA(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+const secretValue = "hunter2-plaintext-token"
+
+type harness struct {
+	t     *testing.T
+	dir   string
+	fake  *fake.Driver
+	store *fileStore
+	ex    *Executor
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	d, err := fake.New(fake.Options{Path: filepath.Join(dir, "world.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHarnessWith(t, dir, d)
+}
+
+func newHarnessWith(t *testing.T, dir string, d *fake.Driver) *harness {
+	reg := driver.NewRegistry()
+	if err := reg.Register(d); err != nil {
+		t.Fatal(err)
+	}
+	store := newFileStore(dir)
+	ex := &Executor{Registry: reg, State: store, Dir: dir, Parallelism: 4,
+		Resolve: func(ctx context.Context, s string) (string, error) {
+			if s == "secret://env/WEB_TOKEN" {
+				return secretValue, nil
+			}
+			return "", fmt.Errorf("resolve %s: missing", s)
+		}}
+	return &harness{t: t, dir: dir, fake: d, store: store, ex: ex}
+}
+
+func (h *harness) state() *states.State {
+	h.t.Helper()
+	st, err := h.store.Read(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+func (h *harness) apply(desired []Action, replace ...string) (*Result, error) {
+	plan := &Plan{Fingerprint: "fp-test", Actions: planFor(h.state(), desired, replace...)}
+	return h.ex.Apply(context.Background(), plan)
+}
+
+func (h *harness) mustApply(desired []Action, replace ...string) *Result {
+	h.t.Helper()
+	res, err := h.apply(desired, replace...)
+	if err != nil {
+		h.t.Fatalf("apply: %v", err)
+	}
+	return res
+}
+
+// checkAgree asserts that state and the fake world agree exactly: every state object exists
+// with its markers, and every object carrying the topology's markers is in state (no leak, no
+// duplicate).
+func checkAgree(t *testing.T, st *states.State, d *fake.Driver) {
+	t.Helper()
+	w := d.World()
+	refs := map[string]bool{}
+	nodes, nets, pols := 0, 0, 0
+	for _, r := range st.Resources {
+		switch KindOfType[r.Addr.Resource.Type] {
+		case KindNode:
+			nodes++
+			n := w.Nodes[r.ExternalID]
+			if n == nil || n.Marker != r.Owner.Marker() || !n.Running || n.Quiesced {
+				t.Errorf("%s: state says %s, world has %+v", r.Addr, r.ExternalID, n)
+				continue
+			}
+			refs[n.ID] = true
+			for _, at := range r.Attachments {
+				id := n.ID + "/" + at.Name
+				c := w.NICs[id]
+				if c == nil || c.MAC != at.MAC || !c.Up {
+					t.Errorf("%s: attachment %s: world has %+v", r.Addr, at.Name, c)
+				}
+				refs[id] = true
+			}
+			if r.Observation.Status != substrate.Present {
+				t.Errorf("%s: observation %s, want present", r.Addr, r.Observation.Status)
+			}
+		case KindNetwork:
+			nets++
+			if n := w.Networks[r.ExternalID]; n == nil || n.Marker != r.Owner.Marker() {
+				t.Errorf("%s: network %s missing or foreign", r.Addr, r.ExternalID)
+			}
+			refs[r.ExternalID] = true
+		case KindPolicy:
+			pols++
+			if p := w.Policies[r.ExternalID]; p == nil || p.Marker != r.Owner.Marker() {
+				t.Errorf("%s: policy %s missing or foreign", r.Addr, r.ExternalID)
+			}
+			refs[r.ExternalID] = true
+		}
+	}
+	res, err := d.Residue(context.Background(), st.Lineage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res {
+		if !refs[o.ExternalID] {
+			t.Errorf("leaked %s %s (owner %s gen %d) not in state", o.Kind, o.ExternalID, o.Owner.Address, o.Owner.Generation)
+		}
+	}
+	if len(w.Nodes) != nodes || len(w.Networks) != nets || len(w.Policies) != pols {
+		t.Errorf("world has %d nodes %d networks %d policies, state %d %d %d", len(w.Nodes), len(w.Networks), len(w.Policies), nodes, nets, pols)
+	}
+}
+
+func TestApplyCreatesTopologyAndConverges(t *testing.T) {
+	h := newHarness(t)
+	desired := topology(2, 5, true)
+	res := h.mustApply(desired)
+	if res.Done != len(desired) {
+		t.Fatalf("done: got %d, want %d", res.Done, len(desired))
+	}
+	st := h.state()
+	if got := len(st.Resources); got != len(desired) {
+		t.Fatalf("state resources: got %d, want %d", got, len(desired))
+	}
+	checkAgree(t, st, h.fake)
+	// The secret reached the provider call and nothing durable.
+	web0 := st.Resource(mustAddr("sysbox_node.web[0]"))
+	if got := h.fake.LastEnvironment(web0.ExternalID)["TOKEN"]; got != secretValue {
+		t.Fatalf("resolved secret at provider: got %q, want the plaintext", got)
+	}
+	filepath.Walk(h.dir, func(p string, fi os.FileInfo, err error) error {
+		if fi != nil && !fi.IsDir() {
+			b, _ := os.ReadFile(p)
+			if bytes.Contains(b, []byte(secretValue)) {
+				t.Errorf("secret plaintext found in %s", p)
+			}
+		}
+		return nil
+	})
+	if _, err := os.Stat(filepath.Join(h.dir, CheckpointFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint log left after a finished run: %v", err)
+	}
+	// Second apply plans only no-ops and calls no mutating driver method.
+	before := h.fake.World().Mutations
+	res = h.mustApply(desired)
+	if res.Noop != len(desired) || res.Done != 0 {
+		t.Fatalf("no-change apply: got %d no-op %d done, want %d no-op", res.Noop, res.Done, len(desired))
+	}
+	if after := h.fake.World().Mutations; after != before {
+		t.Fatalf("no-change apply mutated the world: %d → %d", before, after)
+	}
+}
+
+func TestStalePlanAndMissingCapabilityMutateNothing(t *testing.T) {
+	h := newHarness(t)
+	stale := errors.New("stale plan: state serial 0, plan made at serial 7")
+	plan := &Plan{Actions: planFor(nil, topology(1, 2, false)), Verify: func(context.Context, *states.State) error { return stale }}
+	if _, err := h.ex.Apply(context.Background(), plan); !errors.Is(err, stale) {
+		t.Fatalf("stale plan: got %v", err)
+	}
+	acts := planFor(nil, topology(1, 2, false))
+	acts[2].Driver = "docker"
+	_, err := h.ex.Apply(context.Background(), &Plan{Actions: acts})
+	var mc *driver.MissingCapabilityError
+	if !errors.As(err, &mc) || !strings.Contains(err.Error(), "sysbox_node.web[0]") {
+		t.Fatalf("missing driver: got %v", err)
+	}
+	if w := h.fake.World(); w.Mutations != 0 {
+		t.Fatalf("world mutated %d times before verification failed", w.Mutations)
+	}
+	if st := h.state(); st != nil {
+		t.Fatalf("state saved before verification failed: serial %d", st.Serial)
+	}
+	unknownAct := planFor(nil, topology(1, 1, false))
+	unknownAct[0].Op = OpUnknown
+	if _, err := h.ex.Apply(context.Background(), &Plan{Actions: unknownAct}); err == nil || !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("unknown action: got %v", err)
+	}
+}
+
+func TestDestroyEndsWithCleanAuditAndRefusesForeignObjects(t *testing.T) {
+	h := newHarness(t)
+	h.mustApply(topology(2, 4, true))
+	st := h.state()
+	victim := st.Resource(mustAddr("sysbox_node.web[3]"))
+	// Someone replaced web[3]'s object with one carrying another owner: same id, other marker.
+	foreign := substrate.Owner{Topology: "someone-else", Address: "x", Type: "sysbox_node", Generation: 1}
+	if err := h.fake.SetMarker(victim.ExternalID, foreign.Marker()); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := h.ex.Destroy(context.Background(), nil)
+	if !errors.Is(err, driver.ErrNotOwned) {
+		t.Fatalf("destroy with a foreign object: got %v, want ErrNotOwned", err)
+	}
+	if h.fake.World().Nodes[victim.ExternalID] == nil {
+		t.Fatal("foreign object deleted")
+	}
+	after := h.state()
+	if after.Resource(victim.Addr) == nil {
+		t.Fatal("refused resource dropped from state")
+	}
+	// Its dependencies were skipped (dependents go first); everything else is gone.
+	if got := len(after.Resources); got != 3 {
+		t.Fatalf("state after partial destroy: got %v, want web[3], its network and its artifact", after.Addresses())
+	}
+	// Put the marker back: destroy completes and the audit is clean.
+	if err := h.fake.SetMarker(victim.ExternalID, victim.Owner.Marker()); err != nil {
+		t.Fatal(err)
+	}
+	_, residue, err := h.ex.Destroy(context.Background(), nil)
+	if err != nil || len(residue) != 0 {
+		t.Fatalf("destroy: got %v residue %v", err, residue)
+	}
+	if st := h.state(); len(st.Resources) != 0 {
+		t.Fatalf("state after destroy: %v", st.Addresses())
+	}
+	if h.store.snapshots == 0 {
+		t.Fatal("no snapshot taken before destroy")
+	}
+}
+
+func TestDestroyReportsResidue(t *testing.T) {
+	h := newHarness(t)
+	h.mustApply(topology(1, 1, false))
+	st := h.state()
+	// A leftover carrying this topology's markers that state does not know (e.g. made by a
+	// crashed run of an older binary).
+	ctx := context.Background()
+	lost := substrate.Owner{Topology: st.Lineage, Address: "sysbox_node.lost", Type: "sysbox_node", Generation: 1}
+	if _, err := h.fake.CreateNode(ctx, substrate.NodeSpec{Owner: lost}); err != nil {
+		t.Fatal(err)
+	}
+	_, residue, err := h.ex.Destroy(ctx, nil)
+	var re *ResidueError
+	if !errors.As(err, &re) || len(residue) != 1 || residue[0].Owner.Address != "sysbox_node.lost" {
+		t.Fatalf("destroy with residue: got %v %v", err, residue)
+	}
+}
+
+func TestResetReplacesOnlyTheTargetGeneration(t *testing.T) {
+	h := newHarness(t)
+	desired := topology(1, 3, true)
+	h.mustApply(desired)
+	before := h.state()
+	ctx := context.Background()
+	res, err := h.ex.Reset(ctx, ResetRequest{Targets: []addrs.Instance{mustAddr("sysbox_node.web[0]")}, Desired: desired})
+	if err != nil {
+		t.Fatalf("reset: %v (%+v)", err, res)
+	}
+	after := h.state()
+	checkAgree(t, after, h.fake)
+	b0, a0 := before.Resource(mustAddr("sysbox_node.web[0]")), after.Resource(mustAddr("sysbox_node.web[0]"))
+	if a0.ExternalID == b0.ExternalID {
+		t.Fatal("external id did not change")
+	}
+	if a0.Owner.Generation != b0.Owner.Generation+1 {
+		t.Fatalf("generation: got %d, want %d", a0.Owner.Generation, b0.Owner.Generation+1)
+	}
+	if a0.Attachments[0].MAC != b0.Attachments[0].MAC || strings.Join(a0.Attachments[0].IPv4, ",") != strings.Join(b0.Attachments[0].IPv4, ",") {
+		t.Fatalf("attachment identity changed: %+v → %+v", b0.Attachments[0], a0.Attachments[0])
+	}
+	if h.fake.World().Nodes[a0.ExternalID].Digest != h.fake.World().Nodes[a0.ExternalID].Digest || h.fake.World().Nodes[a0.ExternalID].Digest != fakeSHA("./rootfs.tar") {
+		t.Fatal("artifact identity changed")
+	}
+	for _, other := range []string{"sysbox_node.web[1]", "sysbox_node.web[2]", "sysbox_network.lan[0]"} {
+		b, a := before.Resource(mustAddr(other)), after.Resource(mustAddr(other))
+		if a.ExternalID != b.ExternalID || a.Owner != b.Owner || !a.UpdatedAt.Equal(b.UpdatedAt) {
+			t.Errorf("%s touched by a targeted reset", other)
+		}
+	}
+	// The firewall lives in the node: it was re-installed on the new generation.
+	fw := after.Resource(mustAddr("sysbox_firewall.web0"))
+	if p := h.fake.World().Policies[fw.ExternalID]; p == nil || p.Node != a0.ExternalID {
+		t.Fatalf("firewall not re-installed on the new generation: %+v", p)
+	}
+}
+
+func TestResetRefusesChangedBaseline(t *testing.T) {
+	h := newHarness(t)
+	desired := topology(1, 1, false)
+	h.mustApply(desired)
+	before := h.fake.World()
+	if err := h.fake.SetArtifact("./rootfs.tar", "tampered"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.ex.Reset(context.Background(), ResetRequest{Targets: []addrs.Instance{mustAddr("sysbox_node.web[0]")}, Desired: desired})
+	if !errors.Is(err, driver.ErrDigestMismatch) {
+		t.Fatalf("reset with changed baseline: got %v, want ErrDigestMismatch", err)
+	}
+	if after := h.fake.World(); after.Mutations != before.Mutations {
+		t.Fatalf("world mutated (%d → %d) although the baseline check failed", before.Mutations, after.Mutations)
+	}
+}
+
+func TestReplaceBumpsGenerationAndLeavesNoResidue(t *testing.T) {
+	h := newHarness(t)
+	desired := topology(1, 2, true)
+	h.mustApply(desired)
+	b := h.state().Resource(mustAddr("sysbox_node.web[1]"))
+	h.mustApply(desired, "sysbox_node.web[1]")
+	st := h.state()
+	a := st.Resource(mustAddr("sysbox_node.web[1]"))
+	if a.ExternalID == b.ExternalID || a.Owner.Generation != 2 {
+		t.Fatalf("replace: got %s gen %d, want a new object at gen 2", a.ExternalID, a.Owner.Generation)
+	}
+	checkAgree(t, st, h.fake)
+}
+
+func TestUnknownObservationStopsAndRecoveryResumes(t *testing.T) {
+	h := newHarness(t)
+	desired := topology(1, 2, false)
+	// The driver stops answering right when the first node is observed after start.
+	h.fake.SetFailpoint("ObserveNode", 1, fake.FailUnavailable)
+	_, err := h.apply(desired)
+	if !errors.Is(err, ErrUnknownObservation) {
+		t.Fatalf("apply: got %v, want ErrUnknownObservation", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, CheckpointFile)); err != nil {
+		t.Fatalf("checkpoint not kept after an unknown observation: %v", err)
+	}
+	// Still unavailable: recovery stops too, and keeps the checkpoint.
+	h.fake.SetUnavailable(true)
+	if _, err := h.ex.Recover(context.Background()); !errors.Is(err, ErrUnknownObservation) {
+		t.Fatalf("recover while unavailable: got %v", err)
+	}
+	h.fake.SetUnavailable(false)
+	rep, err := h.ex.Recover(context.Background())
+	if err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if rep.Nothing {
+		t.Fatal("recover found nothing")
+	}
+	checkAgree(t, h.state(), h.fake)
+	serial := h.state().Serial
+	rep, err = h.ex.Recover(context.Background())
+	if err != nil || !rep.Nothing || h.state().Serial != serial {
+		t.Fatalf("second recover: got %+v %v, want nothing done", rep, err)
+	}
+	// The next apply creates what the interrupted run never started.
+	h.mustApply(desired)
+	st := h.state()
+	if len(st.Resources) != len(desired) {
+		t.Fatalf("after re-apply: %v", st.Addresses())
+	}
+	checkAgree(t, st, h.fake)
+}
+
+func TestFailedCreateIsRecordedNotLeaked(t *testing.T) {
+	h := newHarness(t)
+	h.fake.SetFailpoint("StartNode", 1, fake.FailError)
+	_, err := h.apply(topology(1, 1, false))
+	if !errors.Is(err, fake.ErrInjected) {
+		t.Fatalf("apply: got %v, want the injected failure", err)
+	}
+	st := h.state()
+	n := st.Resource(mustAddr("sysbox_node.web[0]"))
+	if n == nil || n.Observation.Status != substrate.Degraded {
+		t.Fatalf("failed node: got %+v, want it in state as degraded", n)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, CheckpointFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a failed (not crashed) run left its checkpoint")
+	}
+	h.fake.ClearFailpoints()
+	_, _, err = h.ex.Destroy(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+}
+
+func TestRefreshNeverTurnsUnknownIntoAbsent(t *testing.T) {
+	h := newHarness(t)
+	desired := topology(1, 2, true)
+	h.mustApply(desired)
+	st := h.state()
+	web1 := st.Resource(mustAddr("sysbox_node.web[1]"))
+	if err := h.fake.Remove(web1.ExternalID + "/lan"); err != nil {
+		t.Fatal(err)
+	}
+	fw := st.Resource(mustAddr("sysbox_firewall.web0"))
+	h.fake.SetPolicyDigest(fw.ExternalID, "sha256:edited")
+	got, err := h.ex.Refresh(context.Background(), desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]substrate.Status{"sysbox_node.web[0]": substrate.Present, "sysbox_node.web[1]": substrate.Degraded,
+		"sysbox_firewall.web0": substrate.Drifted, "sysbox_network.lan[0]": substrate.Present}
+	for a, w := range want {
+		if got[a] != w {
+			t.Errorf("refresh %s: got %s, want %s", a, got[a], w)
+		}
+	}
+	h.fake.SetUnavailable(true)
+	got, err = h.ex.Refresh(context.Background(), desired)
+	if !errors.Is(err, ErrUnknownObservation) && !errors.Is(err, driver.ErrUnavailable) {
+		t.Fatalf("refresh while unavailable: got %v", err)
+	}
+	if got["sysbox_node.web[0]"] != substrate.Unknown {
+		t.Fatalf("unavailable node: got %s, want unknown", got["sysbox_node.web[0]"])
+	}
+	if s := h.state().Resource(mustAddr("sysbox_node.web[0]")); s.Observation.Status != substrate.Unknown {
+		t.Fatalf("stored observation: got %s, want unknown", s.Observation.Status)
+	}
+}
+
+func TestImportAndExec(t *testing.T) {
+	h := newHarness(t)
+	h.mustApply(topology(1, 1, false))
+	if err := h.fake.AddForeignNode("legacy-7"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r, err := h.ex.Import(ctx, mustAddr("sysbox_node.legacy"), "fake", "legacy-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ExternalID != "legacy-7" || r.Owner.Generation != 1 {
+		t.Fatalf("import: got %+v", r)
+	}
+	if _, err := h.ex.Import(ctx, mustAddr("sysbox_node.legacy"), "fake", "legacy-7"); err == nil {
+		t.Fatal("second import to a taken address accepted")
+	}
+	out, err := h.ex.Exec(ctx, mustAddr("sysbox_node.web[0]"), substrate.ExecRequest{Argv: []string{"echo", "hi"}})
+	if err != nil || string(out.Stdout) != "hi\n" {
+		t.Fatalf("exec: got %q %v", out.Stdout, err)
+	}
+	// Destroy deletes the imported node too (its markers were written on import).
+	if _, _, err := h.ex.Destroy(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.fake.World().Nodes); n != 0 {
+		t.Fatalf("nodes after destroy: %d", n)
+	}
+}
+
+func TestCheckpointGroupCommit(t *testing.T) {
+	dir := t.TempDir()
+	l, err := CreateLog(dir, RunHeader{Run: "r1", Lineage: "L"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	const workers, each = 16, 20
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if err := l.Checkpoint(testOp(fmt.Sprintf("sysbox_node.n[%d]", w), StepCreated)); err != nil {
+					t.Error(err)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	s := l.Stats()
+	if s.Records != workers*each+1 {
+		t.Fatalf("records: got %d, want %d", s.Records, workers*each+1)
+	}
+	if s.Syncs >= s.Records {
+		t.Fatalf("no group commit: %d syncs for %d records", s.Syncs, s.Records)
+	}
+	t.Logf("%d records in %d fsyncs", s.Records, s.Syncs)
+	l.Close()
+	it, err := ReadLog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(it.Ops) != workers || it.Header.Run != "r1" {
+		t.Fatalf("read back: got %v, %d ops", err, len(it.Ops))
+	}
+}
+
+func TestReadLogTornTailAndCorruption(t *testing.T) {
+	write := func(t *testing.T, extra func(p string)) (string, *Interrupted, error) {
+		dir := t.TempDir()
+		l, err := CreateLog(dir, RunHeader{Run: "r", Lineage: "L"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Checkpoint(testOp("sysbox_node.a", StepBegin))
+		l.Checkpoint(testOp("sysbox_node.a", StepCreated))
+		l.Close()
+		p := filepath.Join(dir, CheckpointFile)
+		extra(p)
+		it, err := ReadLog(dir)
+		return p, it, err
+	}
+	t.Run("torn tail ignored", func(t *testing.T) {
+		_, it, err := write(t, func(p string) {
+			f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+			f.WriteString(`{"kind":"sysbox-checkpoint","version":1,"sha`)
+			f.Close()
+		})
+		if err != nil || !it.TornTail || it.Ops[0].Step != StepCreated {
+			t.Fatalf("got %v %+v, want the two good records and a torn tail", err, it)
+		}
+	})
+	t.Run("corrupt middle refused", func(t *testing.T) {
+		_, _, err := write(t, func(p string) {
+			b, _ := os.ReadFile(p)
+			lines := bytes.SplitAfter(b, []byte("\n"))
+			lines[1] = bytes.Replace(lines[1], []byte(`"begin"`), []byte(`"done!"`), 1)
+			os.WriteFile(p, bytes.Join(lines, nil), 0o600)
+		})
+		if err == nil || !strings.Contains(err.Error(), "record 2") {
+			t.Fatalf("got %v, want a corrupt record 2", err)
+		}
+	})
+	t.Run("unknown version refused", func(t *testing.T) {
+		_, _, err := write(t, func(p string) {
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, bytes.Replace(b, []byte(`"version":1`), []byte(`"version":9`), 1), 0o600)
+		})
+		if err == nil || !strings.Contains(err.Error(), "version 9") {
+			t.Fatalf("got %v, want unknown version", err)
+		}
+	})
+	t.Run("second run refused while one is interrupted", func(t *testing.T) {
+		p, _, _ := write(t, func(string) {})
+		if _, err := CreateLog(filepath.Dir(p), RunHeader{Run: "r2"}); !errors.Is(err, ErrInterrupted) {
+			t.Fatalf("got %v, want ErrInterrupted", err)
+		}
+	})
+}
+
+func TestRecoverRefusesForeignCheckpoint(t *testing.T) {
+	h := newHarness(t)
+	h.mustApply(topology(1, 1, false))
+	l, err := CreateLog(h.dir, RunHeader{Run: "r", Lineage: "another-topology", Fingerprint: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if _, err := h.ex.Recover(context.Background()); !errors.Is(err, ErrForeignCheckpoint) {
+		t.Fatalf("got %v, want ErrForeignCheckpoint", err)
+	}
+	if _, err := h.apply(topology(1, 1, false)); !errors.Is(err, ErrForeignCheckpoint) {
+		t.Fatalf("apply over a foreign checkpoint: got %v", err)
+	}
+}
+
+func testOp(addr string, step Step) *OpState {
+	return &OpState{Addr: addr, Op: OpCreate, Step: step, Action: Action{Addr: mustAddr(addr), Op: OpCreate, Kind: KindNode}}
+}

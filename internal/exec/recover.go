@@ -1,0 +1,163 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"zyvor.dev/sysbox/internal/durable"
+)
+
+// RecoverReport says what recovery found and did.
+type RecoverReport struct {
+	Nothing     bool        `json:"nothing"` // no interrupted run: nothing was done
+	Run         string      `json:"run,omitempty"`
+	Command     string      `json:"command,omitempty"`
+	Fingerprint string      `json:"fingerprint,omitempty"`
+	TornTail    bool        `json:"torn_tail,omitempty"`
+	Ops         []OpOutcome `json:"operations,omitempty"`
+	Serial      uint64      `json:"serial"`
+}
+
+// OpOutcome is one interrupted operation's fate.
+type OpOutcome struct {
+	Addr    string `json:"address"`
+	Op      Op     `json:"action"`
+	From    Step   `json:"from_step"`
+	Outcome string `json:"outcome"` // completed | was-complete | was-failed | failed
+	Error   string `json:"error,omitempty"`
+}
+
+// Recover finishes an interrupted run (S14):
+//
+//  1. verify that the checkpoint belongs to this topology (state lineage), that every record
+//     carries the run's plan fingerprint, and that the state was not rolled back behind the run;
+//  2. read the checkpoint — progress is never inferred from log text;
+//  3. observe through the driver what each recorded handle names;
+//  4. adopt what is there, continue the remaining substeps, clean up what was to be removed;
+//  5. save the state by CAS, then finish old-generation cleanup.
+//
+// An Unknown observation or an unavailable driver stops recovery with an error and leaves the
+// checkpoint in place. Running Recover again after it succeeded finds nothing and changes
+// nothing.
+func (e *Executor) Recover(ctx context.Context) (*RecoverReport, error) {
+	unlock, err := e.State.Lock(ctx, "recover")
+	if err != nil {
+		return nil, err
+	}
+	s := &session{e: e, unlock: unlock}
+	defer s.close()
+	if err := s.read(ctx); err != nil {
+		return nil, err
+	}
+	it, err := ReadLog(e.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if it == nil {
+		return &RecoverReport{Nothing: true, Serial: s.st.Serial}, nil
+	}
+	return e.recoverLocked(ctx, s, it)
+}
+
+// ErrForeignCheckpoint is wrapped when a checkpoint does not belong to the state at hand.
+var ErrForeignCheckpoint = errors.New("checkpoint does not belong to this state")
+
+func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupted) (*RecoverReport, error) {
+	h := it.Header
+	rep := &RecoverReport{Run: h.Run, Command: h.Command, Fingerprint: h.Fingerprint, TornTail: it.TornTail, Serial: s.st.Serial}
+	if h.Run == "" || it.Finished {
+		// Header never became durable (no step ran) or the run finished: only the file is left.
+		if len(it.Ops) > 0 && h.Run == "" {
+			return rep, fmt.Errorf("checkpoint %s: %w: operations without a run header", it.Path, durable.ErrCorrupt)
+		}
+		if it.Finished {
+			for _, op := range it.Ops {
+				rep.Ops = append(rep.Ops, OpOutcome{Addr: op.Addr, Op: op.Op, From: op.Step, Outcome: outcomeOf(op.Step)})
+			}
+		}
+		return rep, removeLog(it.Path)
+	}
+	// Step 1: topology, lineage, fingerprint.
+	if h.Lineage != s.st.Lineage {
+		return rep, fmt.Errorf("checkpoint %s (run %s): %w: it was written for state lineage %s, the state has lineage %s; refusing to act on it",
+			it.Path, h.Run, ErrForeignCheckpoint, h.Lineage, s.st.Lineage)
+	}
+	if s.st.Serial < h.Serial {
+		return rep, fmt.Errorf("checkpoint %s (run %s): %w: the run started at state serial %d but the state is at serial %d (restored from an older copy?)",
+			it.Path, h.Run, ErrForeignCheckpoint, h.Serial, s.st.Serial)
+	}
+	for _, op := range it.Ops {
+		if op.Fingerprint != h.Fingerprint {
+			return rep, fmt.Errorf("checkpoint %s: %s: %w: plan fingerprint %q differs from the run's %q",
+				it.Path, op.Addr, durable.ErrCorrupt, op.Fingerprint, h.Fingerprint)
+		}
+		if err := op.Action.validate(); err != nil {
+			return rep, fmt.Errorf("checkpoint %s: %w: %w", it.Path, durable.ErrCorrupt, err)
+		}
+	}
+	// Steps 2–5: continue every unfinished operation from its checkpointed step.
+	log, err := reopenLog(it)
+	if err != nil {
+		return rep, err
+	}
+	r := &run{e: e, log: log, sv: newSaver(e.State, s.st, e.now), lineage: h.Lineage, fingerprint: h.Fingerprint, recovering: true}
+	actions := make([]Action, len(it.Ops))
+	ops := make([]*OpState, len(it.Ops))
+	from := make([]Step, len(it.Ops))
+	for i, op := range it.Ops {
+		actions[i] = op.Action
+		from[i] = op.Step
+		if !op.Step.Terminal() {
+			ops[i] = op
+		}
+	}
+	failed := r.walk(ctx, actions, ops, true)
+	for i, op := range it.Ops {
+		o := OpOutcome{Addr: op.Addr, Op: op.Op, From: from[i]}
+		switch {
+		case from[i] == StepDone:
+			o.Outcome = "was-complete"
+		case from[i] == StepFailed:
+			o.Outcome, o.Error = "was-failed", op.Error
+		case op.Step == StepDone:
+			o.Outcome = "completed"
+		default:
+			o.Outcome, o.Error = "failed", op.Error
+		}
+		rep.Ops = append(rep.Ops, o)
+	}
+	rep.Serial = r.sv.serial()
+	if r.fatal != nil || r.unfinished(ops) {
+		log.Close()
+		err := errors.Join(failed...)
+		if r.fatal != nil {
+			err = errors.Join(r.fatal, err)
+		}
+		return rep, fmt.Errorf("recovery stopped; the checkpoint is kept, fix the cause and run `sysbox recover` again: %w", err)
+	}
+	if err := log.Finish(); err != nil {
+		return rep, err
+	}
+	if len(failed) > 0 {
+		return rep, fmt.Errorf("recovery finished the run, but some operations failed (state records what exists): %w", errors.Join(failed...))
+	}
+	return rep, nil
+}
+
+func outcomeOf(s Step) string {
+	if s == StepFailed {
+		return "was-failed"
+	}
+	return "was-complete"
+}
+
+// unfinished reports whether a checkpointed operation is neither done nor failed.
+func (r *run) unfinished(ops []*OpState) bool {
+	for _, op := range ops {
+		if op != nil && op.written && !op.Step.Terminal() {
+			return true
+		}
+	}
+	return false
+}
