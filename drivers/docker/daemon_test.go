@@ -497,6 +497,14 @@ func TestDaemonWiringResetAndDestroy(t *testing.T) {
 	if obs, _ := d.ObserveAttachment(ctx, w2.h, w2.att, w2.owner); obs.Status != substrate.Absent {
 		t.Fatalf("ObserveAttachment(after restart behind our back): got %s (%s), want absent", obs.Status, obs.Reason)
 	}
+	if obs, _ := d.ObserveNode(ctx, w2.h, w2.owner); obs.Status != substrate.Degraded || !strings.Contains(obs.Reason, "lan") {
+		t.Fatalf("ObserveNode(after restart behind our back): got %s (%s), want degraded naming attachment lan", obs.Status, obs.Reason)
+	}
+	// Wiring again converges.
+	wire("web2 rewired", w2)
+	if obs, _ := d.ObserveNode(ctx, w2.h, w2.owner); obs.Status != substrate.Present {
+		t.Fatalf("ObserveNode(rewired): got %s (%s), want present", obs.Status, obs.Reason)
+	}
 
 	// Destroy: detach, delete; nothing of the topology remains.
 	for name, n := range nodes {

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/client"
 
+	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -33,12 +35,17 @@ type Options struct {
 	Host string
 	// StopTimeout bounds a graceful stop before the daemon kills the container (default 2s).
 	StopTimeout time.Duration
+	// StateDir holds the per-container NIC records ObserveNode compares with the container's
+	// namespace (default DefaultStateDir).
+	StateDir string
 }
 
 // Driver implements the docker driver's capabilities. It is safe for concurrent use.
 type Driver struct {
 	cli         *client.Client
 	stopTimeout time.Duration
+	stateDir    string
+	sidecarMu   sync.Mutex
 }
 
 // New returns a driver talking to the daemon at opts.Host. It does not contact the daemon.
@@ -51,7 +58,10 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker driver: client: %w", err)
 	}
-	d := &Driver{cli: cli, stopTimeout: opts.StopTimeout}
+	d := &Driver{cli: cli, stopTimeout: opts.StopTimeout, stateDir: opts.StateDir}
+	if d.stateDir == "" {
+		d.stateDir = DefaultStateDir
+	}
 	if d.stopTimeout <= 0 {
 		d.stopTimeout = 2 * time.Second
 	}
@@ -88,6 +98,8 @@ var (
 	_ driver.Resetter  = (*Driver)(nil)
 	_ driver.Importer  = (*Driver)(nil)
 	_ driver.Auditor   = (*Driver)(nil)
+
+	_ linuxnet.NamespaceResolver = (*Driver)(nil)
 )
 
 // apiErr maps a client error to the driver sentinels callers branch on, keeping the cause:
@@ -124,4 +136,17 @@ func observedAt() time.Time { return time.Now().UTC() }
 // unknown is the observation for an object the driver cannot see right now.
 func unknown(id string, err error) substrate.Observation {
 	return substrate.Observation{Status: substrate.Unknown, Reason: err.Error(), ExternalID: id, At: observedAt()}
+}
+
+// NodeNetns returns the running container's network namespace (/proc/PID/ns/net), so that the
+// nftables policy driver can act inside it (linuxnet.NamespaceResolver).
+func (d *Driver) NodeNetns(ctx context.Context, node substrate.Handle) (linuxnet.Netns, error) {
+	ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
+	if err != nil {
+		return linuxnet.Netns{}, apiErr("network namespace of container "+short(node.ExternalID), err)
+	}
+	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
+		return linuxnet.Netns{}, fmt.Errorf("network namespace of container %s: not running, so it has none", short(ins.ID))
+	}
+	return linuxnet.PidNetns(ins.State.Pid), nil
 }

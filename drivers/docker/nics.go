@@ -70,6 +70,9 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 	if err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
 	}
+	if err := d.updateSidecar(ins.ID, spec.Owner, func(n map[string]nicPrivate) { n[spec.Name] = p }); err != nil {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
+	}
 	return substrate.AttachmentState{Name: spec.Name, MAC: mac.String(), IPv4: spec.IPv4, Gateway: spec.Gateway,
 		Private: nicEnvelope(p)}, nil
 }
@@ -165,6 +168,11 @@ func (d *Driver) Detach(ctx context.Context, node substrate.Handle, st substrate
 	}
 	if err := deleteHostLink(p.HostIf, nicAlias(owner, st.Name)); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
+	}
+	if node.ExternalID != "" {
+		if err := d.updateSidecar(node.ExternalID, owner, func(n map[string]nicPrivate) { delete(n, st.Name) }); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	return nil
 }

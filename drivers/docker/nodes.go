@@ -240,6 +240,21 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		return obs, fmt.Errorf("%s: %w", what, err)
 	}
 	obs.Attributes["nics"] = fmt.Sprint(len(nics))
+	present := map[string]bool{}
+	for _, n := range nics {
+		if n.Owner.Equal(owner) {
+			present[n.Name] = true
+		}
+	}
+	missing, err := d.missingNICs(ins.ID, owner, present)
+	if err != nil {
+		obs.Status, obs.Reason = substrate.Unknown, err.Error()
+		return obs, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(missing) > 0 {
+		obs.Status, obs.Reason = substrate.Degraded, fmt.Sprintf("running but attachment(s) %s missing from its namespace", strings.Join(missing, ", "))
+		return obs, nil
+	}
 	for _, n := range nics {
 		if reason := n.hostSideProblem(); reason != "" {
 			obs.Status, obs.Reason = substrate.Degraded, fmt.Sprintf("NIC %s (attachment %s): %s", n.Name, n.Attachment, reason)
@@ -283,7 +298,10 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	what := "node " + owner.Address + ": delete"
 	ins, err := d.inspectOwned(ctx, what, h, owner)
 	if errors.Is(err, driver.ErrNotFound) {
-		return nil
+		if err := removeHostLinksOf(owner); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return d.removeSidecar(h.ExternalID)
 	}
 	if err != nil {
 		return err
@@ -294,6 +312,9 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	err = d.cli.ContainerRemove(ctx, ins.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errdefs.IsNotFound(err) {
 		return apiErr(fmt.Sprintf("%s: container %s", what, short(ins.ID)), err)
+	}
+	if err := d.removeSidecar(ins.ID); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -467,5 +488,9 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 			out = append(out, substrate.Object{Kind: "veth", ExternalID: l.Name, Owner: l.Owner})
 		}
 	}
-	return out, nil
+	records, err := d.sidecarResidue(topology)
+	if err != nil {
+		return nil, fmt.Errorf("residue of topology %s: %w", topology, err)
+	}
+	return append(out, records...), nil
 }
