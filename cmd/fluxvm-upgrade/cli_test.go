@@ -237,3 +237,27 @@ func TestProbeFailureExitCode(t *testing.T) {
 		t.Errorf("hooks ran although probe failed: %v", w.hookOrder())
 	}
 }
+
+func TestCorruptJournalExitCode(t *testing.T) {
+	w := newWorld(t, "")
+	if r := w.run("step-done:beta:apply", "run", w.plan); !r.signaled {
+		t.Fatalf("failpoint not hit: exit %d", r.code)
+	}
+	journal := filepath.Join(w.txDir(), "journal.log")
+	b, _ := os.ReadFile(journal)
+	os.WriteFile(journal, b[:len(b)-10], 0o600) // torn tail
+	before := len(w.hookOrder())
+	for _, args := range [][]string{{"resume", w.plan}, {"rollback", w.plan}, {"status", w.plan}} {
+		r := w.run("", args...)
+		if r.code != exitJournalCorrupt || !strings.Contains(r.stderr, "corrupt") {
+			t.Errorf("%s on a torn journal: exit %d, want %d: %s", args[0], r.code, exitJournalCorrupt, r.stderr)
+		}
+	}
+	r := w.run("", "reconcile", "--state-dir", w.state, "--stale-minutes", "0")
+	if r.code != exitError || !strings.Contains(r.stdout, "crash-tx: error") {
+		t.Errorf("reconcile on a torn journal: exit %d: %s", r.code, r.stdout)
+	}
+	if after := len(w.hookOrder()); after != before {
+		t.Errorf("hooks ran on a corrupt journal: %v", w.hookOrder()[before:])
+	}
+}

@@ -666,3 +666,58 @@ func TestProbeAndPlanReports(t *testing.T) {
 		t.Errorf("Run with failing probe: got %v, want ErrProbeFailed", err)
 	}
 }
+
+// TestHooksRealExec runs hooks through the real argv runner: no shell unless the argv names one,
+// context in the environment, bounded output in the transaction's log files, and a timeout that
+// kills the hook.
+func TestHooksRealExec(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	bpffs := filepath.Join(dir, "bpf")
+	os.MkdirAll(bpffs, 0o755)
+	env, _ := json.Marshal([]string{"/usr/bin/env"})
+	loud, _ := json.Marshal([]string{"/bin/sh", "-c", "head -c 700000 /dev/zero | tr '\\\\0' x; echo; echo '$HOME $(id)' >&2"})
+	slow, _ := json.Marshal([]string{"/bin/sleep", "30"})
+	literal, _ := json.Marshal([]string{"/bin/echo", "$HOME", "*", "$(id)", "a;b"})
+	plan := fmt.Sprintf(`{"transaction_id":"exec","state_dir":%q,"bpffs_root":%q,"components":[{"name":"c",
+		"hooks":{"preflight":%s,"apply":%s,"health":{"argv":%s,"timeout_seconds":1},"rollback":%s,"rollback_health":%s}}]}`, state, bpffs, env, loud, slow, env, literal)
+	p, err := ParsePlan("p", []byte(plan))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res, err := (&Engine{Store: bpfmap.NewFake(), Runner: argv.Exec{}}).Run(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("the 1s timeout did not stop a 30s hook (took %s)", d)
+	}
+	if res.State != StateRolledBack || !strings.Contains(res.Reason, "timed out") {
+		t.Errorf("got %s (%s), want rolled-back after the health timeout", res.State, res.Reason)
+	}
+	logs := filepath.Join(TxDir(p), "logs")
+	envLog, _ := os.ReadFile(filepath.Join(logs, "c.preflight.1.log"))
+	for _, want := range []string{"FLUXVM_TRANSACTION_ID=exec", "FLUXVM_COMPONENT=c", "FLUXVM_STEP=preflight", "FLUXVM_SNAPSHOT_DIR=" + filepath.Join(TxDir(p), "snapshots", "c"), "FLUXVM_PLAN_SHA256=" + p.SHA256} {
+		if !strings.Contains(string(envLog), want) {
+			t.Errorf("preflight env lacks %s:\n%s", want, envLog)
+		}
+	}
+	rbLog, _ := os.ReadFile(filepath.Join(logs, "c.rollback.1.log"))
+	if !strings.Contains(string(rbLog), "FLUXVM_STEP=rollback") {
+		t.Errorf("rollback hook log: %s", rbLog)
+	}
+	loudLog, _ := os.ReadFile(filepath.Join(logs, "c.apply.1.log"))
+	if len(loudLog) > MaxHookOutput+4096 || !strings.Contains(string(loudLog), "truncated: true") {
+		t.Errorf("apply log: %d bytes, want at most ~%d and marked truncated", len(loudLog), MaxHookOutput)
+	}
+	litLog, _ := os.ReadFile(filepath.Join(logs, "c.rollback-health.1.log"))
+	if !strings.Contains(string(litLog), "$HOME * $(id) a;b\n") {
+		t.Errorf("argv must reach the program unexpanded (no shell): log %s", litLog)
+	}
+	hLog, _ := os.ReadFile(filepath.Join(logs, "c.health.1.log"))
+	if !strings.Contains(string(hLog), "timed out: true") {
+		t.Errorf("health log: %s", hLog)
+	}
+	verifyEvidence(t, TxDir(p))
+}
