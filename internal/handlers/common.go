@@ -306,10 +306,14 @@ func diffAttrs(prior, desired json.RawMessage, rules map[string]attrRule, update
 	}
 	d := plans.Diff{Action: plans.NoOp, Changes: changes}
 	var repl, upd, none []string
+	replWhy := ""
 	for _, c := range changes {
 		switch c.Effect {
 		case plans.ForcesReplacement:
 			repl = append(repl, c.Path)
+			if replWhy == "" && c.Why != "" {
+				replWhy = ": " + c.Why
+			}
 		case plans.InPlace:
 			upd = append(upd, c.Path)
 		default:
@@ -319,7 +323,7 @@ func diffAttrs(prior, desired json.RawMessage, rules map[string]attrRule, update
 	switch {
 	case len(repl) > 0:
 		d.Action = plans.Replace
-		d.Reason = strings.Join(repl, ", ") + " changed (forces replacement)"
+		d.Reason = strings.Join(repl, ", ") + " changed (forces replacement" + replWhy + ")"
 	case len(upd) > 0:
 		d.Action = plans.Update
 		d.Reason = strings.Join(upd, ", ") + " changed (" + updateVerb + ")"

@@ -356,3 +356,14 @@ func (*Router) DependencyChanged(ri *config.ResourceInstance, dep addrs.Instance
 func (*Router) Requirements(attrs json.RawMessage, action plans.Action) (plans.Requirement, error) {
 	return policyRequirements(attrs, action)
 }
+
+// RepairsInPlace implements plans.InPlaceRepairer: drifted policy is re-applied atomically.
+func (*Firewall) RepairsInPlace() bool { return true }
+
+// RepairsInPlace implements plans.InPlaceRepairer.
+func (*Router) RepairsInPlace() bool { return true }
+
+var (
+	_ plans.InPlaceRepairer = (*Firewall)(nil)
+	_ plans.InPlaceRepairer = (*Router)(nil)
+)

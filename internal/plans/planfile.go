@@ -1,0 +1,134 @@
+package plans
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+
+	"zyvor.dev/sysbox/internal/durable"
+)
+
+// RecordKind is the durable record kind of a stored plan.
+const RecordKind = "sysbox-plan"
+
+// recordVersion is the record (file format) version this build writes and the newest it reads.
+const recordVersion = 1
+
+// WriteFile stores p durably at path (temp file, fsync, rename, directory fsync).
+func WriteFile(path string, p *Plan) error {
+	b, err := durable.EncodeRecord(RecordKind, recordVersion, p)
+	if err != nil {
+		return fmt.Errorf("write plan %s: %w", path, err)
+	}
+	if err := durable.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write plan %s: %w", path, err)
+	}
+	return nil
+}
+
+// ReadFile loads a stored plan. A file of a newer format is an error wrapping
+// durable.ErrUnknownVersion; a damaged one wraps durable.ErrCorrupt.
+func ReadFile(path string) (*Plan, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read plan: %w", err)
+	}
+	var p Plan
+	if _, err := durable.DecodeRecord([]byte(strings.TrimSpace(string(b))), RecordKind, recordVersion, &p); err != nil {
+		return nil, fmt.Errorf("read plan %s: %w", path, err)
+	}
+	if p.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("read plan %s: %w: plan format %q (this build reads %q)", path, durable.ErrUnknownVersion, p.FormatVersion, FormatVersion)
+	}
+	return &p, nil
+}
+
+// ErrStale is wrapped by every *StaleError.
+var ErrStale = errors.New("stale plan")
+
+// Stale-plan fields (S11).
+const (
+	FieldToolVersion    = "tool_version"
+	FieldMode           = "mode"
+	FieldTargets        = "targets"
+	FieldSourceDigest   = "source_digest"
+	FieldInputDigest    = "input_digest"
+	FieldLineage        = "lineage"
+	FieldSerial         = "serial"
+	FieldSchemaVersions = "schema_versions"
+	FieldDrivers        = "drivers"
+	FieldArtifacts      = "artifacts"
+	FieldActions        = "actions"
+)
+
+// StaleError says which bound field of a stored plan no longer matches.
+type StaleError struct {
+	Field     string
+	Planned   string
+	Current   string
+	Explained string
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("stale plan: %s changed: planned %s, now %s (%s); run plan again", e.Field, e.Planned, e.Current, e.Explained)
+}
+
+// Unwrap makes errors.Is(err, ErrStale) true.
+func (e *StaleError) Unwrap() error { return ErrStale }
+
+// Verify compares a stored plan with a fresh plan computed now from the same inputs (current
+// files, variables, state and drivers). It returns nil when they match, else one *StaleError
+// per differing field, joined. Apply calls it before any provider call.
+func Verify(stored, fresh *Plan) error {
+	var errs []error
+	add := func(field string, a, b any, why string) {
+		if !reflect.DeepEqual(a, b) {
+			errs = append(errs, &StaleError{Field: field, Planned: short(a), Current: short(b), Explained: why})
+		}
+	}
+	s, f := stored.Fingerprint, fresh.Fingerprint
+	add(FieldToolVersion, stored.ToolVersion, fresh.ToolVersion, "a different sysbox build")
+	add(FieldMode, stored.Mode, fresh.Mode, "plan mode")
+	add(FieldTargets, stored.Targets, fresh.Targets, "-target selection")
+	add(FieldSourceDigest, s.SourceDigest, f.SourceDigest, "the topology files were edited")
+	add(FieldInputDigest, s.InputDigest, f.InputDigest, "variables or environment inputs differ")
+	add(FieldLineage, s.Lineage, f.Lineage, "the state belongs to another topology")
+	add(FieldSerial, s.Serial, f.Serial, "the state was written since the plan")
+	add(FieldSchemaVersions, s.SchemaVersions, f.SchemaVersions, "resource schema versions differ")
+	add(FieldDrivers, normDrivers(s), normDrivers(f), "selected drivers or their capability contract differ")
+	add(FieldArtifacts, s.Artifacts, f.Artifacts, "artifact content changed")
+	if s.ActionsDigest != f.ActionsDigest || s.ActionsDigest != ActionsDigest(stored.Actions) {
+		errs = append(errs, &StaleError{Field: FieldActions, Planned: s.ActionsDigest, Current: f.ActionsDigest, Explained: "the ordered action list differs"})
+	}
+	return errors.Join(errs...)
+}
+
+func normDrivers(fp Fingerprint) string {
+	var parts []string
+	for _, d := range fp.Drivers {
+		caps := make([]string, len(d.Capabilities))
+		for i, c := range d.Capabilities {
+			caps[i] = string(c)
+		}
+		sort.Strings(caps)
+		parts = append(parts, d.Name+"@"+d.Version+"("+strings.Join(caps, ",")+")")
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func short(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	s := string(b)
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}

@@ -1,0 +1,206 @@
+package plans_test
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/secrets"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+var baseDir string
+
+// basePlan plans baseLab from one directory per test binary, so two calls give equal plans.
+func basePlan(t *testing.T) (*plans.Plan, *config.Topology) {
+	t.Helper()
+	if baseDir == "" {
+		baseDir, _ = os.MkdirTemp("", "sysbox-plans-test")
+		os.WriteFile(filepath.Join(baseDir, "main.sysbox.hcl"), []byte(baseLab), 0o644)
+	}
+	tp := load(t, baseDir, nil)
+	p, err := planner().Plan(plans.Request{Topology: tp, Prior: &plans.MemoryState{LineageID: "lineage-1", SerialNo: 7}, Facts: facts(tp, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, tp
+}
+
+func TestPlanFileRoundTrip(t *testing.T) {
+	p, _ := basePlan(t)
+	path := filepath.Join(t.TempDir(), "lab.plan")
+	if err := plans.WriteFile(path, p); err != nil {
+		t.Fatal(err)
+	}
+	got, err := plans.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(p, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if err := plans.Verify(p, got); err != nil {
+		t.Errorf("Verify of identical plans: %v", err)
+	}
+	info, _ := os.Stat(path)
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("plan file mode: got %v, want 0600", info.Mode().Perm())
+	}
+}
+
+func TestPlanFileRejectsDamageAndNewerVersions(t *testing.T) {
+	p, _ := basePlan(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "lab.plan")
+	if err := plans.WriteFile(path, p); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	tampered := strings.Replace(string(b), `\"create\"`, `\"no-op\"`, 1)
+	if tampered == string(b) {
+		tampered = strings.Replace(string(b), `create`, `no-op`, 1)
+	}
+	os.WriteFile(path, []byte(tampered), 0o600)
+	if _, err := plans.ReadFile(path); !errors.Is(err, durable.ErrCorrupt) {
+		t.Errorf("tampered: got %v, want ErrCorrupt", err)
+	}
+	os.WriteFile(path, b[:len(b)/2], 0o600)
+	if _, err := plans.ReadFile(path); !errors.Is(err, durable.ErrCorrupt) {
+		t.Errorf("torn: got %v, want ErrCorrupt", err)
+	}
+	newer, _ := durable.EncodeRecord(plans.RecordKind, 2, p)
+	os.WriteFile(path, newer, 0o600)
+	if _, err := plans.ReadFile(path); !errors.Is(err, durable.ErrUnknownVersion) {
+		t.Errorf("newer record: got %v, want ErrUnknownVersion", err)
+	}
+	q := *p
+	q.FormatVersion = "9"
+	rec, _ := durable.EncodeRecord(plans.RecordKind, 1, &q)
+	os.WriteFile(path, rec, 0o600)
+	if _, err := plans.ReadFile(path); !errors.Is(err, durable.ErrUnknownVersion) {
+		t.Errorf("newer format_version: got %v, want ErrUnknownVersion", err)
+	}
+}
+
+// One test per bound field: change only that field in the fresh plan.
+func TestVerifyReportsEachStaleField(t *testing.T) {
+	tests := []struct {
+		field  string
+		mutate func(p *plans.Plan)
+	}{
+		{plans.FieldToolVersion, func(p *plans.Plan) { p.ToolVersion = "other" }},
+		{plans.FieldMode, func(p *plans.Plan) { p.Mode = "destroy" }},
+		{plans.FieldTargets, func(p *plans.Plan) { p.Targets = []string{"sysbox_node.web"} }},
+		{plans.FieldSourceDigest, func(p *plans.Plan) { p.Fingerprint.SourceDigest = "sha256:edited" }},
+		{plans.FieldInputDigest, func(p *plans.Plan) { p.Fingerprint.InputDigest = "sha256:othervars" }},
+		{plans.FieldLineage, func(p *plans.Plan) { p.Fingerprint.Lineage = "lineage-2" }},
+		{plans.FieldSerial, func(p *plans.Plan) { p.Fingerprint.Serial++ }},
+		{plans.FieldSchemaVersions, func(p *plans.Plan) { p.Fingerprint.SchemaVersions["sysbox_node"] = 2 }},
+		{plans.FieldDrivers, func(p *plans.Plan) { p.Fingerprint.Drivers[0].Version = "test-2" }},
+		{plans.FieldDrivers + " (capability contract)", func(p *plans.Plan) {
+			p.Fingerprint.Drivers[0].Capabilities = p.Fingerprint.Drivers[0].Capabilities[1:]
+		}},
+		{plans.FieldArtifacts, func(p *plans.Plan) { p.Fingerprint.Artifacts["sysbox_artifact.img"] = "sha256:new" }},
+		{plans.FieldActions, func(p *plans.Plan) {
+			p.Actions[0].Reason = "different"
+			p.Fingerprint.ActionsDigest = plans.ActionsDigest(p.Actions)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.field, func(t *testing.T) {
+			stored, _ := basePlan(t)
+			fresh, _ := basePlan(t)
+			if err := plans.Verify(stored, fresh); err != nil {
+				t.Fatalf("unchanged: %v", err)
+			}
+			tt.mutate(fresh)
+			err := plans.Verify(stored, fresh)
+			if !errors.Is(err, plans.ErrStale) {
+				t.Fatalf("got %v, want ErrStale", err)
+			}
+			var se *plans.StaleError
+			if !errors.As(err, &se) {
+				t.Fatalf("got %T, want *StaleError", err)
+			}
+			want := strings.Fields(tt.field)[0]
+			if se.Field != want {
+				t.Errorf("field: got %q, want %q (%v)", se.Field, want, err)
+			}
+			if n := strings.Count(err.Error(), "stale plan:"); n != 1 {
+				t.Errorf("got %d stale fields, want exactly 1: %v", n, err)
+			}
+		})
+	}
+}
+
+func TestVerifyDetectsTamperedActionList(t *testing.T) {
+	stored, _ := basePlan(t)
+	fresh, _ := basePlan(t)
+	stored.Actions[0].Action = plans.NoOp // digest in fingerprint no longer matches the list
+	var se *plans.StaleError
+	if err := plans.Verify(stored, fresh); !errors.As(err, &se) || se.Field != plans.FieldActions {
+		t.Fatalf("got %v, want stale actions", err)
+	}
+}
+
+func TestPlanHoldsNoSecretPlaintext(t *testing.T) {
+	const value = "s3cr3t-Value/+=="
+	src := `resource "sysbox_node" "web" {
+  environment = { TOKEN = env("WEB_TOKEN"), AUTH = "Bearer ${env("WEB_TOKEN")}" }
+}`
+	t.Setenv("WEB_TOKEN", value)
+	tp := topo(t, map[string]string{"main.sysbox.hcl": src}, nil)
+	p, err := planner().Plan(plans.Request{Topology: tp, Prior: &plans.MemoryState{}, Facts: facts(tp, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "p.plan")
+	if err := plans.WriteFile(path, p); err != nil {
+		t.Fatal(err)
+	}
+	file, _ := os.ReadFile(path)
+	js, _ := json.Marshal(p)
+	for name, data := range map[string][]byte{"plan file": file, "plan json": js} {
+		if leaks := secrets.Leaks(data, value); len(leaks) > 0 {
+			t.Errorf("%s contains the secret as %q", name, leaks)
+		}
+		if !strings.Contains(string(data), "secret://env/WEB_TOKEN") {
+			t.Errorf("%s lacks the reference secret://env/WEB_TOKEN", name)
+		}
+	}
+}
+
+func TestGoldenLabSmallPlan(t *testing.T) {
+	tp := load(t, "../../examples/lab-small", nil)
+	p, err := planner().Plan(plans.Request{Topology: tp, Prior: &plans.MemoryState{LineageID: "golden"}, Facts: facts(tp, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Fingerprint.SourceDigest = "(varies with checkout)" // the example is edited over time
+	got, _ := json.MarshalIndent(p, "", "  ")
+	golden := filepath.Join("testdata", "lab-small.plan.json")
+	if *update {
+		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(strings.TrimSpace(string(want)), strings.TrimSpace(string(got))); diff != "" {
+		t.Errorf("plan differs from %s (-want +got):\n%s", golden, diff)
+	}
+}
+
+var _ = driver.CapPolicy

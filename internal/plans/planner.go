@@ -1,0 +1,457 @@
+package plans
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/graph"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// FormatVersion is the plan format this build writes (and the JSON "format_version").
+const FormatVersion = "1"
+
+// CapabilityChecker answers whether a driver declares capabilities (*driver.Registry does).
+type CapabilityChecker interface {
+	Require(address, driverName string, caps ...driver.Capability) error
+	Descriptors() []driver.Descriptor
+}
+
+var _ CapabilityChecker = (*driver.Registry)(nil)
+
+// InPlaceRepairer is implemented by handlers whose drifted objects are repaired by an in-place
+// update (policy tables are re-applied atomically) rather than replaced.
+type InPlaceRepairer interface {
+	RepairsInPlace() bool
+}
+
+// Planner makes plans. It holds no state between calls.
+type Planner struct {
+	Handlers     Handlers
+	Capabilities CapabilityChecker
+	ToolVersion  string
+}
+
+// Request is one planning problem.
+type Request struct {
+	Topology *config.Topology
+	Prior    PriorState
+	Facts    Facts
+	Destroy  bool           // plan the deletion of everything in prior state
+	Targets  []addrs.Target // limit to these and what they depend on
+}
+
+// Plan is the ordered action list and what it was computed from.
+type Plan struct {
+	FormatVersion string           `json:"format_version"`
+	ToolVersion   string           `json:"tool_version"`
+	Mode          string           `json:"mode"` // "normal" or "destroy"
+	Targets       []string         `json:"targets,omitempty"`
+	Actions       []ResourceAction `json:"actions"`
+	Fingerprint   Fingerprint      `json:"fingerprint"`
+}
+
+// ResourceAction is one entry of the action list.
+type ResourceAction struct {
+	Address       addrs.Instance      `json:"address"`
+	Action        Action              `json:"action"`
+	Reason        string              `json:"reason"`
+	Type          string              `json:"type"`
+	Mode          string              `json:"mode"` // managed | data
+	SchemaVersion int                 `json:"schema_version"`
+	Before        json.RawMessage     `json:"before,omitempty"`
+	After         json.RawMessage     `json:"after,omitempty"`
+	Changes       []AttrChange        `json:"changes,omitempty"`
+	DependsOn     []addrs.Instance    `json:"depends_on,omitempty"`
+	Driver        string              `json:"driver,omitempty"`
+	Requires      []driver.Capability `json:"requires,omitempty"`
+}
+
+// Fingerprint binds a plan to everything it was computed from (S11).
+type Fingerprint struct {
+	SourceDigest   string              `json:"source_digest"`
+	InputDigest    string              `json:"input_digest"`
+	Lineage        string              `json:"lineage"`
+	Serial         uint64              `json:"serial"`
+	SchemaVersions map[string]int      `json:"schema_versions"`
+	Drivers        []driver.Descriptor `json:"drivers"`
+	Artifacts      map[string]string   `json:"artifacts"`
+	ActionsDigest  string              `json:"actions_digest"`
+}
+
+// HasChanges reports whether applying the plan would change anything.
+func (p *Plan) HasChanges() bool {
+	for _, a := range p.Actions {
+		if a.Action != NoOp && a.Action != Read {
+			return true
+		}
+	}
+	return false
+}
+
+// Applicable returns an error naming every unknown action (S10: unknown cannot be applied).
+func (p *Plan) Applicable() error {
+	var errs []error
+	for _, a := range p.Actions {
+		if a.Action == Unknown {
+			errs = append(errs, fmt.Errorf("%s: action unknown (%s): refresh once it can be observed", a.Address, a.Reason))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Counts tallies actions by kind.
+func (p *Plan) Counts() map[Action]int {
+	m := map[Action]int{}
+	for _, a := range p.Actions {
+		m[a.Action]++
+	}
+	return m
+}
+
+// PreventDestroyError is returned when a plan would delete or replace a protected instance.
+type PreventDestroyError struct {
+	Addr   addrs.Instance
+	Action Action
+	Reason string
+}
+
+func (e *PreventDestroyError) Error() string {
+	return fmt.Sprintf("%s: lifecycle.prevent_destroy is set, but the plan would %s it (%s); remove the protection or change the configuration", e.Addr, e.Action, e.Reason)
+}
+
+// SchemaVersionError refuses state written with another schema version (S12).
+type SchemaVersionError struct {
+	Addr           addrs.Instance
+	State, Current int
+}
+
+func (e *SchemaVersionError) Error() string {
+	return fmt.Sprintf("%s: state has schema version %d, this sysbox uses %d and has no upgrade for it: destroy with the sysbox that created it, then apply again", e.Addr, e.State, e.Current)
+}
+
+// Plan computes the plan for req.
+func (p *Planner) Plan(req Request) (*Plan, error) {
+	var errs []error
+	fail := func(err error) { errs = append(errs, err) }
+	top := req.Topology
+	prior := map[string]PriorResource{}
+	var priorList []PriorResource
+	if req.Prior != nil {
+		priorList = req.Prior.Resources()
+		for _, r := range priorList {
+			prior[r.Addr.UniqueKey()] = r
+		}
+	}
+	desired := map[string]*config.ResourceInstance{}
+	var desiredList []*config.ResourceInstance
+	if top != nil {
+		desiredList = top.Resources
+		for _, ri := range desiredList {
+			desired[ri.Addr.UniqueKey()] = ri
+		}
+	}
+	declaredDrivers := map[string]bool{}
+	if top != nil {
+		for _, d := range top.Substrate.Drivers {
+			declaredDrivers[d.Name] = true
+		}
+	}
+
+	// Create graph over configured instances.
+	g := graph.New()
+	for _, ri := range desiredList {
+		g.Add(ri.Addr)
+		for _, d := range ri.DependsOn {
+			g.Connect(ri.Addr, d)
+		}
+	}
+	inScope := func(addrs.Instance) bool { return true }
+	if len(req.Targets) > 0 {
+		var keep []addrs.Instance
+		for _, ri := range desiredList {
+			if targeted(req.Targets, ri.Addr) {
+				keep = append(keep, ri.Addr)
+			}
+		}
+		for _, r := range priorList {
+			if targeted(req.Targets, r.Addr) && desired[r.Addr.UniqueKey()] == nil {
+				keep = append(keep, r.Addr) // a targeted deletion
+			}
+		}
+		if len(keep) == 0 {
+			var ts []string
+			for _, t := range req.Targets {
+				ts = append(ts, t.String())
+			}
+			return nil, fmt.Errorf("-target %s: matches no resource in the configuration or state", strings.Join(ts, ", "))
+		}
+		sub := g.Subgraph(keep)
+		inScope = func(a addrs.Instance) bool { return sub.Has(a) || targeted(req.Targets, a) }
+	}
+	order, err := g.TopoOrder()
+	if err != nil {
+		return nil, err
+	}
+
+	plan := &Plan{FormatVersion: FormatVersion, ToolVersion: p.ToolVersion, Mode: "normal"}
+	if req.Destroy {
+		plan.Mode = "destroy"
+	}
+	for _, t := range req.Targets {
+		plan.Targets = append(plan.Targets, t.String())
+	}
+	planned := map[string]Action{}
+
+	// Deletions: prior instances not configured (or everything, in destroy mode).
+	var dels []PriorResource
+	for _, r := range priorList {
+		if !inScope(r.Addr) {
+			continue
+		}
+		if req.Destroy || desired[r.Addr.UniqueKey()] == nil {
+			dels = append(dels, r)
+		}
+	}
+	pg := graph.New()
+	for _, r := range dels {
+		pg.Add(r.Addr)
+	}
+	for _, r := range dels {
+		for _, d := range r.Dependencies {
+			if pg.Has(d) {
+				pg.Connect(r.Addr, d)
+			}
+		}
+	}
+	delOrder, err := pg.DestroyOrder()
+	if err != nil {
+		return nil, fmt.Errorf("prior state: %w", err)
+	}
+	for _, a := range delOrder {
+		r := prior[a.UniqueKey()]
+		act := ResourceAction{Address: r.Addr, Action: Delete, Type: r.Addr.Resource.Type, Mode: r.Addr.Resource.Mode.String(),
+			SchemaVersion: r.SchemaVersion, Before: r.Attributes, DependsOn: r.Dependencies}
+		if req.Destroy {
+			act.Reason = "destroy requested"
+		} else {
+			act.Reason = "no longer in the configuration"
+		}
+		if r.Addr.Resource.Mode == addrs.Data {
+			continue // data sources own nothing
+		}
+		if r.Status == substrate.Unknown {
+			act.Action, act.Reason = Unknown, "observation unknown ("+orText(r.StatusReason, "driver could not observe it")+"); cannot plan its deletion"
+		} else if r.Status == substrate.Absent {
+			act.Reason += "; already observed absent (only state is updated)"
+		}
+		if ri := desired[r.Addr.UniqueKey()]; ri != nil && ri.PreventDestroy && act.Action == Delete {
+			fail(&PreventDestroyError{Addr: r.Addr, Action: Delete, Reason: act.Reason})
+		}
+		h, ok := p.Handlers.Handler(r.Addr.Resource.Mode, r.Addr.Resource.Type)
+		if !ok {
+			fail(fmt.Errorf("%s: state holds a resource of unknown type %q", r.Addr, r.Addr.Resource.Type))
+			continue
+		}
+		if r.SchemaVersion != h.SchemaVersion() {
+			fail(&SchemaVersionError{Addr: r.Addr, State: r.SchemaVersion, Current: h.SchemaVersion()})
+			continue
+		}
+		p.require(&act, h, r.Attributes, declaredDrivers, fail)
+		planned[r.Addr.UniqueKey()] = act.Action
+		plan.Actions = append(plan.Actions, act)
+	}
+
+	if !req.Destroy {
+		for _, a := range order {
+			if !inScope(a) {
+				continue
+			}
+			ri := desired[a.UniqueKey()]
+			act, ok := p.planInstance(ri, prior, planned, req.Facts, fail)
+			if !ok {
+				continue
+			}
+			p.require(&act, mustHandler(p.Handlers, ri.Addr), act.After, declaredDrivers, fail)
+			planned[a.UniqueKey()] = act.Action
+			plan.Actions = append(plan.Actions, act)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	plan.Fingerprint = p.fingerprint(plan, top, req)
+	return plan, nil
+}
+
+func orText(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func targeted(ts []addrs.Target, a addrs.Instance) bool {
+	for _, t := range ts {
+		if t.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func mustHandler(hs Handlers, a addrs.Instance) Handler {
+	h, _ := hs.Handler(a.Resource.Mode, a.Resource.Type)
+	return h
+}
+
+func (p *Planner) planInstance(ri *config.ResourceInstance, prior map[string]PriorResource, planned map[string]Action, facts Facts, fail func(error)) (ResourceAction, bool) {
+	h, ok := p.Handlers.Handler(ri.Addr.Resource.Mode, ri.Addr.Resource.Type)
+	if !ok {
+		fail(fmt.Errorf("%s: no handler for type %q", ri.Addr, ri.Addr.Resource.Type))
+		return ResourceAction{}, false
+	}
+	after, err := h.Desired(ri, facts)
+	if err != nil {
+		fail(err)
+		return ResourceAction{}, false
+	}
+	act := ResourceAction{Address: ri.Addr, Type: ri.Addr.Resource.Type, Mode: ri.Addr.Resource.Mode.String(),
+		SchemaVersion: h.SchemaVersion(), After: after, DependsOn: ri.DependsOn}
+	if ri.Addr.Resource.Mode == addrs.Data {
+		act.Action, act.Reason = Read, "data sources are read on every apply"
+		return act, true
+	}
+	pr, exists := prior[ri.Addr.UniqueKey()]
+	switch {
+	case !exists:
+		act.Action, act.Reason = Create, "not in state"
+	case pr.SchemaVersion != h.SchemaVersion():
+		fail(&SchemaVersionError{Addr: ri.Addr, State: pr.SchemaVersion, Current: h.SchemaVersion()})
+		return ResourceAction{}, false
+	case pr.Status == substrate.Unknown:
+		act.Before = pr.Attributes
+		act.Action, act.Reason = Unknown, "observation unknown ("+orText(pr.StatusReason, "driver could not observe it")+"); refresh once it can be observed"
+		return act, true
+	case pr.Status == substrate.Absent:
+		act.Before = pr.Attributes
+		act.Action, act.Reason = Create, "observed absent (deleted outside sysbox)"
+	default:
+		act.Before = pr.Attributes
+		d, err := h.Diff(pr.Attributes, after)
+		if err != nil {
+			fail(fmt.Errorf("%s: diff: %w", ri.Addr, err))
+			return ResourceAction{}, false
+		}
+		act.Action, act.Reason, act.Changes = d.Action, d.Reason, d.Changes
+		if pr.Status == substrate.Drifted || pr.Status == substrate.Degraded {
+			why := "observed " + string(pr.Status) + " (" + orText(pr.StatusReason, "departs from state") + ")"
+			if r, ok := h.(InPlaceRepairer); ok && r.RepairsInPlace() && act.Action != Replace {
+				act.Action, act.Reason = Update, why+"; re-applied in place"
+			} else if act.Action != Replace {
+				act.Action, act.Reason = Replace, why+"; converges by replacement"
+			} else {
+				act.Reason = why + "; " + act.Reason
+			}
+		}
+		// Dependencies' changes, as this resource's handler judges them.
+		if act.Action == NoOp || act.Action == Update {
+			for _, dep := range ri.DependsOn {
+				da := planned[dep.UniqueKey()]
+				if da != Replace && da != Create {
+					continue
+				}
+				if a, why := h.DependencyChanged(ri, dep, da); a == Replace {
+					act.Action, act.Reason = Replace, why
+					break
+				}
+			}
+		}
+	}
+	if act.Action == Replace && ri.PreventDestroy {
+		fail(&PreventDestroyError{Addr: ri.Addr, Action: Replace, Reason: act.Reason})
+		return ResourceAction{}, false
+	}
+	return act, true
+}
+
+// require records the driver and capabilities an action needs and checks them.
+func (p *Planner) require(act *ResourceAction, h Handler, attrs json.RawMessage, declared map[string]bool, fail func(error)) {
+	if len(attrs) == 0 {
+		return
+	}
+	r, err := h.Requirements(attrs, act.Action)
+	if err != nil {
+		fail(fmt.Errorf("%s: requirements: %w", act.Address, err))
+		return
+	}
+	act.Driver, act.Requires = r.Driver, r.Capabilities
+	if r.Driver != "" && len(declared) > 0 && !declared[r.Driver] && act.Action != Delete && act.Action != NoOp {
+		var names []string
+		for n := range declared {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		fail(fmt.Errorf("%s: driver %q is not declared in the substrate block (declared: %s)", act.Address, r.Driver, strings.Join(names, ", ")))
+		return
+	}
+	if len(r.Capabilities) == 0 || act.Action == Unknown {
+		return
+	}
+	if p.Capabilities == nil {
+		fail(fmt.Errorf("%s: no driver registry to check %s capabilities %v", act.Address, r.Driver, r.Capabilities))
+		return
+	}
+	if err := p.Capabilities.Require(act.Address.String(), r.Driver, r.Capabilities...); err != nil {
+		fail(err)
+	}
+}
+
+func (p *Planner) fingerprint(plan *Plan, top *config.Topology, req Request) Fingerprint {
+	fp := Fingerprint{SchemaVersions: map[string]int{}, Artifacts: map[string]string{}}
+	if top != nil {
+		fp.SourceDigest = top.Sources.Digest()
+		fp.InputDigest = top.InputDigest()
+	}
+	if req.Prior != nil {
+		fp.Lineage, fp.Serial = req.Prior.Lineage(), req.Prior.Serial()
+	}
+	used := map[string]bool{}
+	for _, a := range plan.Actions {
+		fp.SchemaVersions[a.Type] = a.SchemaVersion
+		if a.Driver != "" {
+			used[a.Driver] = true
+		}
+		if a.Type == "sysbox_artifact" {
+			if id, ok := req.Facts.Artifacts[a.Address.String()]; ok {
+				fp.Artifacts[a.Address.String()] = id.Digest
+			}
+		}
+	}
+	if p.Capabilities != nil {
+		for _, d := range p.Capabilities.Descriptors() {
+			if used[d.Name] {
+				caps := append([]driver.Capability(nil), d.Capabilities...)
+				sort.Slice(caps, func(i, j int) bool { return caps[i] < caps[j] })
+				fp.Drivers = append(fp.Drivers, driver.Descriptor{Name: d.Name, Version: d.Version, Capabilities: caps})
+			}
+		}
+	}
+	fp.ActionsDigest = ActionsDigest(plan.Actions)
+	return fp
+}
+
+// ActionsDigest is the SHA-256 of the ordered actions' JSON.
+func ActionsDigest(actions []ResourceAction) string {
+	b, _ := json.Marshal(actions)
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
