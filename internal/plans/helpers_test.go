@@ -44,7 +44,7 @@ func (f fakeCaps) Descriptors() []driver.Descriptor {
 
 func allCaps() fakeCaps {
 	return fakeCaps{
-		"netns": {driver.CapArtifact, driver.CapManagedNetwork, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapGuestExec, driver.CapReset},
+		"netns":    {driver.CapArtifact, driver.CapManagedNetwork, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapGuestExec, driver.CapReset},
 		"nftables": {driver.CapPolicy},
 	}
 }
