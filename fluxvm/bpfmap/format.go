@@ -59,7 +59,8 @@ type Header struct {
 	BootID     string `json:"boot_id"`
 	MapID      uint32 `json:"map_id"`
 	ByteOrder  string `json:"byte_order"`
-	// Method is how entries were read: "batch" (BPF_MAP_LOOKUP_BATCH), "iterate"
+	// Method is how entries were read: "batch" (BPF_MAP_LOOKUP_BATCH), "batch-parallel"
+	// (the same, several threads over disjoint bucket ranges), "iterate"
 	// (get_next_key + lookup, where batch is unsupported) or "none" (metadata only).
 	Method string `json:"method"`
 	// Recorded says whether the entries are in the file (false for metadata-only and for maps

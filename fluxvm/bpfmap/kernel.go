@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -126,7 +127,7 @@ func (s *KernelStore) openMap(spec Spec, readOnly bool) (*ebpf.Map, error) {
 	if err != nil && ref.fd >= 0 && errors.Is(err, unix.ENOENT) {
 		// /proc may be missing (a minimal chroot): fall back to the evaluated path.
 		if _, statErr := os.Stat("/proc/self/fd"); statErr != nil {
-			ref2, err2 := resolvePinFallback(strings.TrimSuffix(spec.BPFFSRoot, "/"), spec.Pin)
+			ref2, err2 := resolvePinFallback(filepath.Clean(spec.BPFFSRoot), spec.Pin)
 			if err2 != nil {
 				return nil, err2
 			}
@@ -517,7 +518,7 @@ func rows(b []byte, size int) any {
 
 // dump reads every entry of a generic map. With keep, each batch gets fresh buffers that are
 // returned; without, one buffer is reused and only the count is returned. The method is
-// "batch" or, where the map type has no batch lookup, "iterate".
+// "batch", "batch-parallel" or, where the map type has no batch lookup, "iterate".
 func (s *KernelStore) dump(ctx context.Context, m *ebpf.Map, keep bool, progress func(int64)) (*entryChunks, string, error) {
 	ks, vs := int(m.KeySize()), int(m.ValueSize())
 	out := &entryChunks{}
@@ -531,7 +532,7 @@ func (s *KernelStore) dump(ctx context.Context, m *ebpf.Map, keep bool, progress
 			if !keep {
 				out = &entryChunks{n: out.n}
 			}
-			return out, "batch", nil
+			return out, "batch-parallel", nil
 		case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, syscall.Errno(524)):
 			// ENOTSUPP (524) and friends: use the library's single-threaded path below.
 		default:

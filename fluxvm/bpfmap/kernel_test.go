@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,18 +254,30 @@ func TestKernelHashUpgradeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("VerifySnapshot: %v", err)
 	}
-	if vi.SHA256 != si.SHA256 || hdr.Method != "batch" || hdr.BootID != realBoot || hdr.MapID != oldID || !hdr.Recorded {
-		t.Errorf("snapshot header %+v sha %s; want batch method, boot %s, map id %d, recorded, sha %s",
+	if vi.SHA256 != si.SHA256 || hdr.Method != "batch-parallel" || hdr.BootID != realBoot || hdr.MapID != oldID || !hdr.Recorded {
+		t.Errorf("snapshot header %+v sha %s; want batch-parallel method, boot %s, map id %d, recorded, sha %s",
 			hdr, vi.SHA256, realBoot, oldID, si.SHA256)
 	}
 	if fi, err := os.Stat(snap); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("snapshot file mode: %v %v, want 0600", fi.Mode(), err)
 	}
 	// A batch of one entry forces ENOSPC on any bucket holding two keys; the retry must still
-	// read every entry exactly once.
-	tiny := NewStore(WithBatchEntries(1), WithBootIDPath(bootFile))
-	if si1, err := tiny.Snapshot(ctx, spec, filepath.Join(dir, "tiny.snap"), nil); err != nil || si1.Entries != 1000 {
-		t.Errorf("Snapshot with batch size 1: %d entries, %v; want 1000, nil", si1.Entries, err)
+	// read every entry exactly once, on one thread and on several.
+	for _, par := range []int{1, 2} {
+		tiny := NewStore(WithBatchEntries(1), WithParallel(par), WithBootIDPath(bootFile))
+		tinySnap := filepath.Join(dir, fmt.Sprintf("tiny%d.snap", par))
+		if si1, err := tiny.Snapshot(ctx, spec, tinySnap, nil); err != nil || si1.Entries != 1000 {
+			t.Errorf("Snapshot with batch size 1, %d threads: %d entries, %v; want 1000, nil", par, si1.Entries, err)
+		}
+		sd, err := readSnapshot(tinySnap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for i := 0; i < int(sd.Header.Entries); i++ {
+			got[hex.EncodeToString(sd.Keys[i*ks:(i+1)*ks])] = hex.EncodeToString(sd.Values[i*vs : (i+1)*vs])
+		}
+		checkEntries(t, fmt.Sprintf("snapshot with batch size 1, %d threads (%s)", par, sd.Header.Method), got, old)
 	}
 	// A metadata-only snapshot records the count and no entries.
 	metaSnap := filepath.Join(dir, "meta.snap")

@@ -25,40 +25,45 @@ import (
 // they reappear at the start of the following workers' output. Every bucket is still read under
 // its bucket lock, exactly as in the single-threaded path.
 
-// batchAttr is the BPF_MAP_*_BATCH member of union bpf_attr.
+// batchAttr is the BPF_MAP_*_BATCH member of union bpf_attr. The pointer fields are
+// unsafe.Pointer (not integers) so that the garbage collector sees the buffers while the kernel
+// uses them; that needs 64-bit pointers, so parallel reads are used only where uintptr is 8
+// bytes (attrLayoutOK).
 type batchAttr struct {
-	InBatch   uint64
-	OutBatch  uint64
-	Keys      uint64
-	Values    uint64
+	InBatch   unsafe.Pointer
+	OutBatch  unsafe.Pointer
+	Keys      unsafe.Pointer
+	Values    unsafe.Pointer
 	Count     uint32
 	MapFD     uint32
 	ElemFlags uint64
 	Flags     uint64
 }
 
+const attrLayoutOK = unsafe.Sizeof(batchAttr{}) == 56
+
 // lookupBatchFrom reads up to len(keys)/ks entries starting at bucket *cursor and advances the
 // cursor. It returns the entries read and whether the map end was reached.
 func lookupBatchFrom(fd int, cursor *uint32, keys, vals []byte, ks int) (int, bool, error) {
-	var out uint32
-	attr := batchAttr{
-		InBatch:  uint64(uintptr(unsafe.Pointer(cursor))),
-		OutBatch: uint64(uintptr(unsafe.Pointer(&out))),
-		Keys:     uint64(uintptr(unsafe.Pointer(unsafe.SliceData(keys)))),
-		Values:   uint64(uintptr(unsafe.Pointer(unsafe.SliceData(vals)))),
+	out := new(uint32)
+	attr := &batchAttr{
+		InBatch:  unsafe.Pointer(cursor),
+		OutBatch: unsafe.Pointer(out),
+		Keys:     unsafe.Pointer(unsafe.SliceData(keys)),
+		Values:   unsafe.Pointer(unsafe.SliceData(vals)),
 		Count:    uint32(len(keys) / ks),
 		MapFD:    uint32(fd),
 	}
-	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_BATCH, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_LOOKUP_BATCH, uintptr(unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
+	runtime.KeepAlive(attr)
 	runtime.KeepAlive(keys)
 	runtime.KeepAlive(vals)
-	runtime.KeepAlive(cursor)
 	switch errno {
 	case 0:
-		*cursor = out
+		*cursor = *out
 		return int(attr.Count), false, nil
 	case unix.ENOENT:
-		*cursor = out
+		*cursor = *out
 		return int(attr.Count), true, nil
 	default:
 		return 0, false, errno
@@ -76,7 +81,7 @@ func hashBuckets(maxEntries uint32) uint64 {
 }
 
 func (s *KernelStore) workers(m *ebpf.Map) int {
-	if s.noBatch || s.parallel < 2 {
+	if s.noBatch || s.parallel < 2 || !attrLayoutOK {
 		return 1
 	}
 	if t := m.Type(); t != ebpf.Hash && t != ebpf.LRUHash {
