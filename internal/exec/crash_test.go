@@ -1,0 +1,279 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/driver/fake"
+)
+
+// The crash tests run the executor in a separate process (this test binary re-executed in
+// helper mode), kill it with SIGKILL at a failpoint — after every checkpoint record, after
+// every state save, and after every driver mutation (between a provider call and the
+// checkpoint that records it) — then run recovery in a fresh process and check that state
+// and the (file-persisted) fake world agree, that nothing leaked or was duplicated, that a
+// second recovery changes nothing, and that re-running the command converges.
+
+const envCrashHelper = "SYSBOX_EXEC_CRASH_HELPER"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(envCrashHelper); dir != "" {
+		os.Exit(crashHelper(dir, os.Args[len(os.Args)-1]))
+	}
+	os.Exit(m.Run())
+}
+
+// crashDesired is the topology every crash scenario works on.
+func crashDesired() []Action { return topology(2, 3, true) }
+
+// crashHelper runs one command against the world, state and checkpoint in dir.
+func crashHelper(dir, cmd string) int {
+	d, err := fake.New(fake.Options{Path: filepath.Join(dir, "world.json")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	t := &testing.T{}
+	h := newHarnessWith(t, dir, d)
+	if p, err := strconv.Atoi(os.Getenv("SYSBOX_CRASH_PARALLELISM")); err == nil {
+		h.ex.Parallelism = p
+	}
+	ctx := context.Background()
+	st, err := h.store.Read(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	desired := crashDesired()
+	switch cmd {
+	case "apply":
+		_, err = h.ex.Apply(ctx, &Plan{Fingerprint: "fp-crash", Actions: planFor(st, desired)})
+	case "replace":
+		_, err = h.ex.Apply(ctx, &Plan{Fingerprint: "fp-crash-replace", Actions: planFor(st, desired, "sysbox_node.web[1]", "sysbox_firewall.web0")})
+	case "destroy":
+		_, _, err = h.ex.Destroy(ctx, nil)
+	case "reset":
+		_, err = h.ex.Reset(ctx, ResetRequest{Targets: []addrs.Instance{mustAddr("sysbox_node.web[0]")}, Desired: desired, Fingerprint: "fp-crash-reset"})
+	case "recover":
+		var rep *RecoverReport
+		rep, err = h.ex.Recover(ctx)
+		if err == nil && rep.Nothing {
+			fmt.Println("nothing to recover")
+		}
+	default:
+		err = fmt.Errorf("unknown helper command %q", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+type helperRun struct {
+	killed bool
+	code   int
+	out    string
+}
+
+func runHelper(t *testing.T, dir, cmd string, env ...string) helperRun {
+	t.Helper()
+	c := exec.Command(os.Args[0], "-test.run=^$", cmd)
+	c.Env = append(os.Environ(), envCrashHelper+"="+dir)
+	c.Env = append(c.Env, env...)
+	out, err := c.CombinedOutput()
+	r := helperRun{out: string(out)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			r.killed = true
+		} else {
+			r.code = ee.ExitCode()
+		}
+	default:
+		t.Fatalf("helper %s: %v", cmd, err)
+	}
+	return r
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type crashScenario struct {
+	name  string
+	setup func(t *testing.T, dir string) // prepares world+state in dir before the crashing command
+	cmd   string
+	// converge re-runs what the user would run after recovery and checks the final result.
+	converge func(t *testing.T, dir string)
+}
+
+func TestCrashAtEveryStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short: spawns hundreds of processes")
+	}
+	applied := func(t *testing.T, dir string) {
+		if r := runHelper(t, dir, "apply"); r.killed || r.code != 0 {
+			t.Fatalf("setup apply: %+v", r)
+		}
+	}
+	convergeApply := func(t *testing.T, dir string) {
+		if r := runHelper(t, dir, "apply"); r.killed || r.code != 0 {
+			t.Fatalf("converging apply: %+v", r)
+		}
+		h := openDir(t, dir)
+		st := h.state()
+		if got, want := len(st.Resources), len(crashDesired()); got != want {
+			t.Fatalf("after converging apply: %d resources %v, want %d", got, st.Addresses(), want)
+		}
+		checkAgree(t, st, h.fake)
+	}
+	scenarios := []crashScenario{
+		{name: "create", setup: func(*testing.T, string) {}, cmd: "apply", converge: convergeApply},
+		{name: "replace", setup: applied, cmd: "replace", converge: convergeApply},
+		{name: "delete", setup: applied, cmd: "destroy", converge: func(t *testing.T, dir string) {
+			if r := runHelper(t, dir, "destroy"); r.killed || r.code != 0 {
+				t.Fatalf("converging destroy: %+v", r)
+			}
+			h := openDir(t, dir)
+			if st := h.state(); len(st.Resources) != 0 {
+				t.Fatalf("after destroy: %v", st.Addresses())
+			}
+			w := h.fake.World()
+			if len(w.Nodes)+len(w.Networks)+len(w.NICs)+len(w.Policies) != 0 {
+				t.Fatalf("world after destroy: %+v", w)
+			}
+		}},
+		{name: "reset", setup: applied, cmd: "reset", converge: func(t *testing.T, dir string) {
+			h := openDir(t, dir)
+			n := h.state().Resource(mustAddr("sysbox_node.web[0]"))
+			if g := n.Owner.Generation; g != 1 && g != 2 {
+				t.Fatalf("web[0] generation %d after reset recovery", g)
+			}
+			convergeApply(t, dir)
+		}},
+	}
+	points := []string{"checkpoint", "state", "mutation"}
+	for _, sc := range scenarios {
+		for _, point := range points {
+			t.Run(sc.name+"/"+point, func(t *testing.T) {
+				base := t.TempDir()
+				sc.setup(t, base)
+				kills := 0
+				for n := 1; n < 500; n++ {
+					dir := t.TempDir()
+					copyDir(t, base, dir)
+					var env []string
+					if point == "mutation" {
+						env = []string{fake.EnvFailpoints + "=mutation@" + strconv.Itoa(n) + "=crash"}
+					} else {
+						env = []string{EnvFailpoint + "=" + point + "@" + strconv.Itoa(n)}
+					}
+					r := runHelper(t, dir, sc.cmd, env...)
+					if !r.killed {
+						if r.code != 0 {
+							t.Fatalf("%s with %s@%d: exit %d: %s", sc.cmd, point, n, r.code, r.out)
+						}
+						break // the failpoint lies beyond the last step: every step was covered
+					}
+					kills++
+					checkRecovered(t, dir, fmt.Sprintf("%s killed at %s@%d", sc.cmd, point, n))
+					sc.converge(t, dir)
+				}
+				if kills == 0 {
+					t.Fatalf("no kill happened at any %s", point)
+				}
+				t.Logf("%d kill points", kills)
+			})
+		}
+	}
+}
+
+// TestCrashParallel kills a parallel apply (records group-committed) at every checkpoint.
+func TestCrashParallel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short: spawns many processes")
+	}
+	for n := 1; n < 500; n++ {
+		dir := t.TempDir()
+		r := runHelper(t, dir, "apply", EnvFailpoint+"=checkpoint@"+strconv.Itoa(n), "SYSBOX_CRASH_PARALLELISM=8")
+		if !r.killed {
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.out)
+			}
+			return
+		}
+		checkRecovered(t, dir, fmt.Sprintf("parallel apply killed at checkpoint@%d", n))
+	}
+}
+
+func openDir(t *testing.T, dir string) *harness {
+	t.Helper()
+	d, err := fake.New(fake.Options{Path: filepath.Join(dir, "world.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHarnessWith(t, dir, d)
+}
+
+// checkRecovered runs recovery twice in fresh processes and checks agreement and idempotence.
+func checkRecovered(t *testing.T, dir, what string) {
+	t.Helper()
+	r := runHelper(t, dir, "recover")
+	if r.killed || r.code != 0 {
+		t.Fatalf("%s: recover: %+v", what, r)
+	}
+	h := openDir(t, dir)
+	st := h.state()
+	if st == nil {
+		// Killed before the first state save: nothing may exist.
+		if w := h.fake.World(); len(w.Nodes)+len(w.Networks) != 0 {
+			t.Fatalf("%s: world has objects but no state exists", what)
+		}
+		return
+	}
+	checkAgree(t, st, h.fake)
+	if t.Failed() {
+		t.Fatalf("%s: state and world disagree after recovery", what)
+	}
+	serial, muts := st.Serial, h.fake.World().Mutations
+	r = runHelper(t, dir, "recover")
+	if r.killed || r.code != 0 || !strings.Contains(r.out, "nothing to recover") {
+		t.Fatalf("%s: second recover: %+v", what, r)
+	}
+	h = openDir(t, dir)
+	if st2 := h.state(); st2.Serial != serial || h.fake.World().Mutations != muts {
+		t.Fatalf("%s: second recover changed something (serial %d → %d, mutations %d → %d)", what, serial, st2.Serial, muts, h.fake.World().Mutations)
+	}
+	if _, err := os.Stat(filepath.Join(dir, CheckpointFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s: checkpoint left after recovery", what)
+	}
+}
