@@ -70,6 +70,12 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 	if err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
 	}
+	// Addresses go on with the wiring (as the netns driver does), so a NIC re-attached during
+	// recovery answers even before ConfigureGuestNetwork runs again; gateway and routes follow there.
+	if err := configureAddrs(ins.State.Pid, p.GuestIf, spec.IPv4, ""); err != nil {
+		_ = deleteHostLink(p.HostIf, nicAlias(spec.Owner, spec.Name))
+		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
+	}
 	if err := d.updateSidecar(ins.ID, spec.Owner, func(n map[string]nicPrivate) { n[spec.Name] = p }); err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
 	}

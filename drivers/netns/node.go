@@ -44,6 +44,12 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 			_ = removeNamedNetns(path)
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
+		// A new namespace copies ip_forward from the host (on wherever dockerd runs); a node
+		// forwards only when a sysbox_router says so.
+		if err := linuxnet.SetSysctl(d.ns(name), "net.ipv4.ip_forward", "0"); err != nil {
+			_ = removeNamedNetns(path)
+			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+		}
 	}
 	ino, err := nsInode(path)
 	if err != nil {
