@@ -92,7 +92,8 @@ journal.final.json and EVIDENCE.sha256 (optionally signed with ssh-keygen -Y sig
 
 Exit codes: 0 ok/committed, 1 error, 2 usage, 3 invalid plan, 4 lock held, 5 plan modified since
 the transaction began, 6 rolled-back, 7 manual-intervention, 8 probe failed, 9 evidence does not
-verify, 10 journal corrupt, 11 transaction exists / missing / already committed, 12 still running.`,
+verify, 10 journal corrupt, 11 transaction exists / missing / already committed, 12 interrupted by a
+signal (transaction still running: resume or rollback it).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,

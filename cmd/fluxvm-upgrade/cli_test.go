@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,4 +261,35 @@ func TestCorruptJournalExitCode(t *testing.T) {
 	if after := len(w.hookOrder()); after != before {
 		t.Errorf("hooks ran on a corrupt journal: %v", w.hookOrder()[before:])
 	}
+}
+
+func TestSIGTERMLeavesTransactionRunning(t *testing.T) {
+	wait := filepath.Join(t.TempDir(), "never")
+	w := newWorldOpts(t, worldOpts{waitFile: wait})
+	cmd := exec.Command(w.bin, "run", w.plan)
+	cmd.Env = append(os.Environ(), "FLUXVM_UPGRADE_TEST_FAKE_BPF="+w.fake)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(string(mustRead(w.order)), "alpha/preflight") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("never reached preflight")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	if cmd.ProcessState.ExitCode() != exitRunning {
+		t.Fatalf("run after SIGTERM: %v (exit %d), want exit %d", err, cmd.ProcessState.ExitCode(), exitRunning)
+	}
+	if st := w.status(); st.State != upgrade.StateRunning {
+		t.Errorf("state after SIGTERM: got %s, want running", st.State)
+	}
+	os.WriteFile(wait, nil, 0o644)
+	if r := w.run("", "resume", w.plan); r.code != 0 {
+		t.Errorf("resume: exit %d: %s", r.code, r.stderr)
+	}
+	w.checkConverged(upgrade.StateCommitted)
 }

@@ -22,7 +22,7 @@ const (
 	exitEvidence           = 9  // evidence does not verify (files or signature)
 	exitJournalCorrupt     = 10 // torn or corrupt journal: not trusted, nothing done
 	exitTxState            = 11 // transaction exists (run) / does not exist (resume, rollback) / already committed (rollback)
-	exitRunning            = 12 // status: transaction still running (not terminal)
+	exitRunning            = 12 // interrupted by a signal: the transaction is still running (resume or rollback it)
 )
 
 func exitFor(err error) int {
@@ -39,6 +39,8 @@ func exitFor(err error) int {
 		return exitProbeFailed
 	case errors.Is(err, evidence.ErrMismatch), errors.Is(err, evidence.ErrBadSignature), errors.Is(err, evidence.ErrNoManifest):
 		return exitEvidence
+	case errors.Is(err, upgrade.ErrInterrupted):
+		return exitRunning
 	case errors.Is(err, upgrade.ErrJournalCorrupt):
 		return exitJournalCorrupt
 	case errors.Is(err, upgrade.ErrTransactionExists), errors.Is(err, upgrade.ErrNoTransaction), errors.Is(err, upgrade.ErrAlreadyCommitted):

@@ -298,6 +298,9 @@ func (t *tx) forward(ctx context.Context) error {
 				}
 				return t.appendEvent(Event{Type: EvRollbackBegin, Reason: fmt.Sprintf("component %s: apply interrupted", c.Name)})
 			}
+			if err := interrupted(ctx); err != nil {
+				return err
+			}
 			attempt := st.Attempts + 1
 			if err := t.appendEvent(Event{Type: EvStepStart, Component: c.Name, Step: step, Attempt: attempt}); err != nil {
 				return err
@@ -305,6 +308,11 @@ func (t *tx) forward(ctx context.Context) error {
 			t.e.progressf("%s: %s ...", c.Name, step)
 			detail, stepErr := t.runForward(ctx, c, step, attempt)
 			t.e.failpoint("ran:" + c.Name + ":" + step)
+			if err := interrupted(ctx); err != nil && stepErr != nil {
+				// Stopped by a signal, not failed: leave the outcome unjournaled, exactly as a
+				// crash would, so resume or rollback decide.
+				return err
+			}
 			if stepErr != nil {
 				t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
 				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
@@ -337,6 +345,17 @@ func (t *tx) runForward(ctx context.Context, c *Component, step string, attempt 
 		return nil, t.runHook(ctx, c, step, c.Hooks.Health, attempt)
 	}
 	return nil, fmt.Errorf("unknown step %s", step)
+}
+
+// ErrInterrupted is returned when a signal (context cancellation) stopped the engine between or
+// during steps. The transaction stays running; resume or rollback continue it.
+var ErrInterrupted = errors.New("interrupted; the transaction is still running: resume or rollback it")
+
+func interrupted(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w (%v)", ErrInterrupted, err)
+	}
+	return nil
 }
 
 // needsRollback: a component is rolled back once its apply hook has started (F13 includes the
@@ -372,6 +391,9 @@ func (t *tx) rollbackPhase(ctx context.Context) error {
 			if step == StepRollbackHealth && t.componentRollbackFailed(c) {
 				continue
 			}
+			if err := interrupted(ctx); err != nil {
+				return err
+			}
 			attempt := st.Attempts + 1
 			if err := t.appendEvent(Event{Type: EvStepStart, Component: c.Name, Step: step, Attempt: attempt}); err != nil {
 				return err
@@ -379,6 +401,9 @@ func (t *tx) rollbackPhase(ctx context.Context) error {
 			t.e.progressf("%s: %s ...", c.Name, step)
 			detail, stepErr := t.runRollbackStep(ctx, c, step, attempt)
 			t.e.failpoint("ran:" + c.Name + ":" + step)
+			if err := interrupted(ctx); err != nil && stepErr != nil {
+				return err
+			}
 			if stepErr != nil {
 				t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
 				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {

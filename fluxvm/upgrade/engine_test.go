@@ -721,3 +721,36 @@ func TestHooksRealExec(t *testing.T) {
 	}
 	verifyEvidence(t, TxDir(p))
 }
+
+// TestInterruptLeavesTransactionResumable: a signal (context cancellation) during a hook is not
+// a hook failure: the outcome stays unjournaled, as after a crash, and resume continues.
+func TestInterruptLeavesTransactionResumable(t *testing.T) {
+	for _, tc := range []struct {
+		step      string
+		wantState string
+	}{{"health", StateCommitted}, {"apply", StateRolledBack}} {
+		t.Run(tc.step, func(t *testing.T) {
+			r := newRig(t, "a", "b")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r.effects["b/"+tc.step] = func(argv.Cmd) error {
+				cancel()
+				return errors.New("killed by signal")
+			}
+			p := r.plan("tx")
+			res, err := r.engine().Run(ctx, p)
+			if !errors.Is(err, ErrInterrupted) || res.State != StateRunning {
+				t.Fatalf("Run interrupted: got %v %v, want ErrInterrupted and running", res.State, err)
+			}
+			st, _ := ReadStatus(TxDir(p))
+			if got := st.Components[1].Steps; got[2].Outcome != map[string]string{"health": "done", "apply": "running"}[tc.step] {
+				t.Errorf("steps after interrupt: %+v", got)
+			}
+			delete(r.effects, "b/"+tc.step)
+			res, err = r.engine().Resume(context.Background(), p)
+			if err != nil || res.State != tc.wantState {
+				t.Errorf("Resume: got %s %v, want %s", res.State, err, tc.wantState)
+			}
+		})
+	}
+}

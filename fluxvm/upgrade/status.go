@@ -126,6 +126,11 @@ func ReadStatus(txDir string) (*Status, error) {
 		return nil, fmt.Errorf("%s: %w", txDir, ErrNoTransaction)
 	}
 	evs, err := ReadJournal(txDir)
+	for i := 0; err != nil && i < 3; i++ {
+		// A live writer may be mid-append: a torn tail that heals within moments is not corruption.
+		time.Sleep(50 * time.Millisecond)
+		evs, err = ReadJournal(txDir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", txDir, err)
 	}
