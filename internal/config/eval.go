@@ -97,6 +97,8 @@ type VariableValue struct {
 
 // Substrate holds the evaluated substrate block (or the defaults when absent).
 type EvaluatedSubstrate struct {
+	// Explicit is false when the topology has no substrate block and these are the defaults.
+	Explicit    bool
 	Name        string
 	Drivers     []NamedAttrs
 	Backend     *NamedAttrs
@@ -1186,7 +1188,7 @@ func (e *evaluator) substrate(ri *modInst) EvaluatedSubstrate {
 		return EvaluatedSubstrate{Name: "local", Drivers: []NamedAttrs{{Name: "netns", Attrs: map[string]cty.Value{}}, {Name: "nftables", Attrs: map[string]cty.Value{}}},
 			Backend: &NamedAttrs{Name: "local", Attrs: map[string]cty.Value{"path": cty.StringVal(".sysbox/state")}}, Parallelism: 8}
 	}
-	out := EvaluatedSubstrate{Name: s.Name, Parallelism: 8}
+	out := EvaluatedSubstrate{Explicit: true, Name: s.Name, Parallelism: 8}
 	evalAttrs := func(attrs hcl.Attributes) map[string]cty.Value {
 		m := map[string]cty.Value{}
 		for n, a := range attrs {

@@ -32,8 +32,9 @@ type ArtifactConfig struct {
 // ArtifactKinds are the artifact kinds sysbox knows.
 var ArtifactKinds = []string{"oci_image", "rootfs", "qcow2", "kernel"}
 
-// DefaultArtifactDriver resolves artifacts unless the resource names another driver.
-const DefaultArtifactDriver = "netns"
+// DefaultArtifactDriver resolves (loads and verifies) artifacts unless the resource names another
+// driver: docker is the driver that implements the artifact capability today.
+const DefaultArtifactDriver = "docker"
 
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 

@@ -44,6 +44,7 @@ func (f fakeCaps) Descriptors() []driver.Descriptor {
 
 func allCaps() fakeCaps {
 	return fakeCaps{
+		"docker":   {driver.CapArtifact, driver.CapNodeLifecycle, driver.CapNodeState, driver.CapNIC},
 		"netns":    {driver.CapArtifact, driver.CapManagedNetwork, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapGuestExec, driver.CapReset},
 		"nftables": {driver.CapPolicy},
 	}

@@ -160,7 +160,7 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 		}
 	}
 	declaredDrivers := map[string]bool{}
-	if top != nil {
+	if top != nil && top.Substrate.Explicit {
 		for _, d := range top.Substrate.Drivers {
 			declaredDrivers[d.Name] = true
 		}

@@ -9,6 +9,7 @@ import (
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -293,5 +294,30 @@ func TestPinnedDigestMismatchFailsPlan(t *testing.T) {
 	_, err := planner().Plan(plans.Request{Topology: tp, Prior: &plans.MemoryState{}, Facts: facts(tp, nil)})
 	if !errors.Is(err, driver.ErrDigestMismatch) {
 		t.Fatalf("got %v, want ErrDigestMismatch", err)
+	}
+}
+
+func TestFromStateSeesPublicAttributesAndStatus(t *testing.T) {
+	st := states.New()
+	st.Lineage, st.Serial = "l-1", 3
+	st.Set(&states.Resource{Addr: addrs.MustParseInstance("sysbox_network.lan"), SchemaVersion: 1,
+		Attributes: []byte(`{"driver":"netns","ipv4_cidr":"198.51.100.0/24","mtu":1500}`),
+		Observation: states.Observation{Status: substrate.Drifted, Reason: "bridge mtu differs"},
+		Private: &substrate.Envelope{Driver: "netns", Version: 1, Data: []byte(`{"bridge":"private"}`)}})
+	ps := plans.FromState(st)
+	if ps.Lineage() != "l-1" || ps.Serial() != 3 {
+		t.Fatalf("lineage/serial: got %s/%d", ps.Lineage(), ps.Serial())
+	}
+	rs := ps.Resources()
+	if len(rs) != 1 || rs[0].Status != substrate.Drifted || rs[0].StatusReason != "bridge mtu differs" || strings.Contains(string(rs[0].Attributes), "private") {
+		t.Errorf("got %+v", rs)
+	}
+	tp := topo(t, map[string]string{"main.sysbox.hcl": `resource "sysbox_network" "lan" { ipv4_cidr = "198.51.100.0/24" }`}, nil)
+	p, err := planner().Plan(plans.Request{Topology: tp, Prior: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := find(p, "sysbox_network.lan"); a.Action != plans.Replace || !strings.Contains(a.Reason, "bridge mtu differs") {
+		t.Errorf("drifted network: got %s (%s), want replace with the observation's reason", a.Action, a.Reason)
 	}
 }
