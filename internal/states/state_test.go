@@ -293,3 +293,29 @@ func TestReadHeader(t *testing.T) {
 		t.Fatalf("torn: got %v, want ErrCorrupt", err)
 	}
 }
+
+// A state file laid out differently (reformatted by hand, two resources on a line) decodes to
+// the same state as long as its checksum matches.
+func TestDecodeOtherLayouts(t *testing.T) {
+	st := sample()
+	b := mustEncode(t, st)
+	var h header
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	var indented bytes.Buffer
+	json.Indent(&indented, h.Resources, "  ", "\t")
+	oneLine := strings.ReplaceAll(string(h.Resources), ",\n    {", ",{")
+	for name, res := range map[string]string{"indented": indented.String(), "one line": oneLine} {
+		t.Run(name, func(t *testing.T) {
+			doc := rechecksum(t, []byte(strings.Replace(string(b), string(h.Resources), res, 1)))
+			got, err := Decode(doc)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if string(mustEncode(t, got)) != string(b) {
+				t.Fatalf("re-encoded state differs from the original")
+			}
+		})
+	}
+}

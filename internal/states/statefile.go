@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/durable"
@@ -33,46 +35,26 @@ type header struct {
 
 // Encode renders st in the current format. The output is deterministic: resources in canonical
 // address order, one per line; outputs sorted by name; timestamps in UTC; a SHA-256 over
-// lineage, serial, resources and outputs.
+// lineage, serial, resources and outputs, written last so that the document streams.
 func Encode(st *State) ([]byte, error) {
 	var buf bytes.Buffer
+	buf.Grow(512 + len(st.Resources)*1024)
 	if err := EncodeTo(&buf, st); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-// EncodeTo writes Encode's output to w.
+// EncodeTo streams Encode's output to w.
 func EncodeTo(w io.Writer, st *State) error {
 	if st.Lineage == "" {
 		return errors.New("encode state: no lineage")
 	}
-	rs := slices.Clone(st.Resources)
-	slices.SortFunc(rs, func(a, b *Resource) int { return a.Addr.Compare(b.Addr) })
-	var res bytes.Buffer
-	res.Grow(len(rs) * 512)
-	res.WriteByte('[')
-	for i, r := range rs {
-		if i > 0 && r.Addr.Equal(rs[i-1].Addr) {
-			return fmt.Errorf("encode state: resource %s appears twice", r.Addr)
-		}
-		c := *r
-		c.CreatedAt, c.UpdatedAt, c.Observation.At = c.CreatedAt.UTC(), c.UpdatedAt.UTC(), c.Observation.At.UTC()
-		b, err := json.Marshal(&c)
-		if err != nil {
-			return fmt.Errorf("encode state: resource %s: %w", r.Addr, err)
-		}
-		if i > 0 {
-			res.WriteByte(',')
-		}
-		res.WriteString("\n    ")
-		res.Write(b)
+	rs := st.Resources
+	if !slices.IsSortedFunc(rs, func(a, b *Resource) int { return a.Addr.Compare(b.Addr) }) {
+		rs = slices.Clone(rs)
+		slices.SortFunc(rs, func(a, b *Resource) int { return a.Addr.Compare(b.Addr) })
 	}
-	if len(rs) > 0 {
-		res.WriteString("\n  ")
-	}
-	res.WriteByte(']')
-
 	outs := st.Outputs
 	if outs == nil {
 		outs = map[string]Output{}
@@ -83,14 +65,50 @@ func EncodeTo(w io.Writer, st *State) error {
 	}
 	tv, _ := json.Marshal(st.ToolVersion)
 	lin, _ := json.Marshal(st.Lineage)
-	sum := checksum(st.Lineage, st.Serial, res.Bytes(), ob)
+
+	h := sha256.New()
+	io.WriteString(h, st.Lineage)
+	h.Write([]byte{0})
+	io.WriteString(h, strconv.FormatUint(st.Serial, 10))
+	h.Write([]byte{0})
 	bw := &errWriter{w: w}
-	fmt.Fprintf(bw, "{\n  \"format_version\": %d,\n  \"tool_version\": %s,\n  \"lineage\": %s,\n  \"serial\": %d,\n  \"sha256\": %q,\n  \"resources\": ",
-		FormatVersion, tv, lin, st.Serial, sum)
-	bw.Write(res.Bytes())
+	fmt.Fprintf(bw, "{\n  \"format_version\": %d,\n  \"tool_version\": %s,\n  \"lineage\": %s,\n  \"serial\": %d,\n  \"resources\": ",
+		FormatVersion, tv, lin, st.Serial)
+	// The resources section goes to w and to the hash in chunks.
+	chunk := make([]byte, 0, 256<<10)
+	flush := func() {
+		bw.Write(chunk)
+		h.Write(chunk)
+		chunk = chunk[:0]
+	}
+	chunk = append(chunk, '[')
+	for i, r := range rs {
+		if i > 0 {
+			if r.Addr.Equal(rs[i-1].Addr) {
+				return fmt.Errorf("encode state: resource %s appears twice", r.Addr)
+			}
+			chunk = append(chunk, ',')
+		}
+		chunk = append(chunk, "\n    "...)
+		c := *r
+		c.CreatedAt, c.UpdatedAt, c.Observation.At = c.CreatedAt.UTC(), c.UpdatedAt.UTC(), c.Observation.At.UTC()
+		if chunk, err = appendResource(chunk, &c); err != nil {
+			return fmt.Errorf("encode state: resource %s: %w", r.Addr, err)
+		}
+		if len(chunk) >= 192<<10 {
+			flush()
+		}
+	}
+	if len(rs) > 0 {
+		chunk = append(chunk, "\n  "...)
+	}
+	chunk = append(chunk, ']')
+	flush()
+	h.Write([]byte{0})
+	h.Write(ob)
 	bw.Write([]byte(",\n  \"outputs\": "))
 	bw.Write(ob)
-	bw.Write([]byte("\n}\n"))
+	fmt.Fprintf(bw, ",\n  \"sha256\": %q\n}\n", hex.EncodeToString(h.Sum(nil)))
 	if bw.err != nil {
 		return fmt.Errorf("encode state: %w", bw.err)
 	}
@@ -128,22 +146,23 @@ func checksum(lineage string, serial uint64, resources, outputs []byte) string {
 // *CorruptError), and the identity and ownership every managed resource must carry (an
 // *IncompatibleStateError). Nothing is returned unless all pass.
 func Decode(data []byte) (*State, error) {
-	var probe struct {
-		FormatVersion *int   `json:"format_version"`
-		ToolVersion   string `json:"tool_version"`
-	}
-	if err := json.Unmarshal(data, &probe); err != nil {
+	if _, err := ReadHeader(bytes.NewReader(data)); err != nil {
+		var uv *UnsupportedVersionError
+		if errors.As(err, &uv) {
+			return nil, err
+		}
 		return nil, &CorruptError{Reason: "not a complete JSON document (torn or truncated?): " + err.Error()}
 	}
-	if probe.FormatVersion == nil {
-		return nil, &UnsupportedVersionError{Version: 0, ToolVersion: probe.ToolVersion}
+	h, err := readDocument(data)
+	if err != nil {
+		return nil, err
 	}
-	if v := *probe.FormatVersion; v < 1 || v > FormatVersion {
-		return nil, &UnsupportedVersionError{Version: v, ToolVersion: probe.ToolVersion}
-	}
-	var h header
-	if err := json.Unmarshal(data, &h); err != nil {
-		return nil, &CorruptError{Reason: err.Error()}
+	if h.FormatVersion == nil || *h.FormatVersion < 1 || *h.FormatVersion > FormatVersion {
+		v := 0
+		if h.FormatVersion != nil {
+			v = *h.FormatVersion
+		}
+		return nil, &UnsupportedVersionError{Version: v, ToolVersion: h.ToolVersion}
 	}
 	if h.Lineage == "" {
 		return nil, &IncompatibleStateError{ToolVersion: h.ToolVersion, Problems: []string{"the state has no lineage"}}
@@ -155,12 +174,10 @@ func Decode(data []byte) (*State, error) {
 		return nil, &CorruptError{Reason: fmt.Sprintf("checksum mismatch (recorded %s, computed %s): the file was truncated or edited", short(h.SHA256), short(got))}
 	}
 	st := &State{Lineage: h.Lineage, Serial: h.Serial, ToolVersion: h.ToolVersion}
-	dec := json.NewDecoder(bytes.NewReader(h.Resources))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&st.Resources); err != nil {
+	if st.Resources, err = decodeResources(h.Resources); err != nil {
 		return nil, &CorruptError{Reason: "resources: " + err.Error()}
 	}
-	dec = json.NewDecoder(bytes.NewReader(h.Outputs))
+	dec := json.NewDecoder(bytes.NewReader(h.Outputs))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st.Outputs); err != nil {
 		return nil, &CorruptError{Reason: "outputs: " + err.Error()}
@@ -186,6 +203,148 @@ func Decode(data []byte) (*State, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// readDocument walks the top-level object once, keeping resources and outputs as raw bytes
+// (exactly as in the document, for the checksum). Unknown top-level keys, trailing data and
+// a truncated document are corrupt.
+func readDocument(data []byte) (header, error) {
+	var h header
+	torn := func(err error) error {
+		return &CorruptError{Reason: "not a complete JSON document (torn or truncated?): " + err.Error()}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return h, torn(fmt.Errorf("want an object, got %v (%v)", tok, err))
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return h, torn(err)
+		}
+		key, _ := tok.(string)
+		var dst any
+		switch key {
+		case "format_version":
+			dst = &h.FormatVersion
+		case "tool_version":
+			dst = &h.ToolVersion
+		case "lineage":
+			dst = &h.Lineage
+		case "serial":
+			dst = &h.Serial
+		case "sha256":
+			dst = &h.SHA256
+		case "resources":
+			dst = &h.Resources
+		case "outputs":
+			dst = &h.Outputs
+		default:
+			return h, &CorruptError{Reason: fmt.Sprintf("unknown top-level field %q", key)}
+		}
+		if err := dec.Decode(dst); err != nil {
+			return h, torn(fmt.Errorf("%s: %w", key, err))
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return h, torn(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return h, &CorruptError{Reason: "data after the state document"}
+	}
+	return h, nil
+}
+
+// decodeResources decodes the resources array. Encode writes one resource per line, and a raw
+// newline cannot occur inside a JSON string, so each line is one element: lines are decoded in
+// parallel. Any other layout (a hand-formatted file) takes the sequential path.
+func decodeResources(raw json.RawMessage) ([]*Resource, error) {
+	lines, ok := splitElements(raw)
+	if ok {
+		rs, err := decodeLines(lines)
+		if err != errLayout {
+			return rs, err
+		}
+	}
+	{
+		var rs []*Resource
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rs); err != nil {
+			return nil, err
+		}
+		return rs, nil
+	}
+}
+
+// errLayout says a line held more than one element: decode the array the general way.
+var errLayout = errors.New("not one element per line")
+
+func decodeLines(lines [][]byte) ([]*Resource, error) {
+	rs := make([]*Resource, len(lines))
+	errs := make([]error, len(lines))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(lines)/256))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(lines); i += workers {
+				var r Resource
+				dec := json.NewDecoder(bytes.NewReader(lines[i]))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&r); err != nil {
+					errs[i] = fmt.Errorf("[%d]: %w", i, err)
+					continue
+				}
+				if dec.InputOffset() != int64(len(lines[i])) {
+					errs[i] = errLayout
+					continue
+				}
+				rs[i] = &r
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == errLayout {
+			return nil, err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+// splitElements splits Encode's array layout ("[", one "{...}," per line, "]") into element
+// byte slices; ok is false for any other layout.
+func splitElements(raw []byte) ([][]byte, bool) {
+	if len(raw) < 2 || raw[0] != '[' || raw[len(raw)-1] != ']' {
+		return nil, false
+	}
+	inner := raw[1 : len(raw)-1]
+	var out [][]byte
+	for len(inner) > 0 {
+		line := inner
+		if i := bytes.IndexByte(inner, '\n'); i >= 0 {
+			line, inner = inner[:i], inner[i+1:]
+		} else {
+			inner = nil
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		line = bytes.TrimSuffix(line, []byte{','})
+		if line[0] != '{' || line[len(line)-1] != '}' {
+			return nil, false
+		}
+		out = append(out, line)
+	}
+	return out, true
 }
 
 func short(s string) string {

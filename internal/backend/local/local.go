@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -148,10 +149,6 @@ func (b *Backend) Save(ctx context.Context, st *states.State, expectSerial uint6
 	if st.Serial <= expectSerial {
 		return fmt.Errorf("local backend: new serial %d must exceed expected serial %d", st.Serial, expectSerial)
 	}
-	data, err := states.Encode(st)
-	if err != nil {
-		return fmt.Errorf("local backend: %w", err)
-	}
 	l, err := b.casLock(ctx)
 	if err != nil {
 		return err
@@ -167,7 +164,8 @@ func (b *Backend) Save(ctx context.Context, st *states.State, expectSerial uint6
 	if ok && h.Lineage != st.Lineage {
 		return &backend.LineageError{Backend: "local", Stored: h.Lineage, Offered: st.Lineage}
 	}
-	if err := durable.WriteFile(b.path, data, 0o600); err != nil {
+	// Stream the document into the temporary file (no second copy of a large state in memory).
+	if err := durable.WriteFileFunc(b.path, 0o600, func(w io.Writer) error { return states.EncodeTo(w, st) }); err != nil {
 		return fmt.Errorf("local backend: %w", err)
 	}
 	return nil

@@ -1,0 +1,176 @@
+package statebench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/backend"
+	"zyvor.dev/sysbox/internal/backend/local"
+	"zyvor.dev/sysbox/internal/backend/postgres"
+	"zyvor.dev/sysbox/internal/backend/sqlite"
+	"zyvor.dev/sysbox/internal/states"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// topology builds a state of n resources shaped like a lab: nodes with two attachments,
+// attributes and a private envelope.
+func topology(n int) *states.State {
+	st := states.New()
+	now := time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
+	for i := range n {
+		a := addrs.MustParseInstance(fmt.Sprintf(`module.segment["s%d"].sysbox_node.host[%d]`, i/100, i%100))
+		st.Resources = append(st.Resources, &states.Resource{
+			Addr: a, SchemaVersion: 1, Driver: "netns", ExternalID: fmt.Sprintf("sbx-%08x", i),
+			Attributes: json.RawMessage(fmt.Sprintf(`{"hostname":"host-%d","image":"sha256:%064x","cpus":1,"memory_mb":256,"env":{"TOKEN":"secret://env/TOKEN"}}`, i, i)),
+			Attachments: []substrate.AttachmentState{
+				{Name: "lan", MAC: fmt.Sprintf("02:00:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff), IPv4: []string{fmt.Sprintf("198.18.%d.%d/16", i/250, i%250+1)}, Gateway: "198.18.0.1",
+					Private: substrate.Envelope{Driver: "netns", Version: 1, Data: json.RawMessage(fmt.Sprintf(`{"host_veth":"sbxh%08x","peer":"eth0"}`, i))}},
+				{Name: "mgmt", MAC: fmt.Sprintf("02:01:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff), IPv4: []string{fmt.Sprintf("198.19.%d.%d/16", i/250, i%250+1)},
+					Private: substrate.Envelope{Driver: "netns", Version: 1, Data: json.RawMessage(fmt.Sprintf(`{"host_veth":"sbxm%08x","peer":"eth1"}`, i))}},
+			},
+			Observation: states.Observation{Status: substrate.Present, At: now},
+			Owner:       substrate.Owner{Topology: st.Lineage, Address: a.String(), Type: "sysbox_node", Generation: 1},
+			Private:     &substrate.Envelope{Driver: "netns", Version: 1, Data: json.RawMessage(fmt.Sprintf(`{"netns":"sbx-%08x","pid":%d}`, i, 1000+i))},
+			CreatedAt:   now, UpdatedAt: now,
+		})
+	}
+	st.Sort()
+	return st
+}
+
+const size = 10000
+
+func BenchmarkEncode(b *testing.B) {
+	st := topology(size)
+	st.Serial = 1
+	var n int
+	for b.Loop() {
+		data, err := states.Encode(st)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = len(data)
+	}
+	b.ReportMetric(float64(n)/1e6, "MB/state")
+}
+
+func BenchmarkDecode(b *testing.B) {
+	st := topology(size)
+	st.Serial = 1
+	data, err := states.Encode(st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := states.Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type opened struct {
+	name string
+	b    backend.Backend
+}
+
+func backends(b *testing.B) []opened {
+	ctx := context.Background()
+	dir := b.TempDir()
+	lb, err := local.New(filepath.Join(dir, "s.sbxstate"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb, err := sqlite.New(ctx, filepath.Join(dir, "s.db"), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := []opened{{"local", lb}, {"sqlite", sb}}
+	if dsn := os.Getenv("SYSBOX_TEST_PG_DSN"); dsn != "" {
+		name := fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano())
+		pb, err := postgres.New(ctx, dsn, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			for _, t := range []string{"sysbox_states", "sysbox_state_snapshots", "sysbox_state_locks"} {
+				pb.DB().Exec(`DELETE FROM `+t+` WHERE name = $1`, name)
+			}
+		})
+		out = append(out, opened{"postgres", pb})
+	} else {
+		b.Log("SYSBOX_TEST_PG_DSN unset: postgres not measured")
+	}
+	for _, o := range out {
+		b.Cleanup(func() { o.b.Close() })
+	}
+	return out
+}
+
+// BenchmarkSave measures one compare-and-swap save of a 10,000-resource state (encode,
+// compare the stored serial, durable write) per backend.
+func BenchmarkSave(b *testing.B) {
+	ctx := context.Background()
+	for _, o := range backends(b) {
+		b.Run(fmt.Sprintf("%s/%d", o.name, size), func(b *testing.B) {
+			st := topology(size)
+			w := o.b.(backend.Writer)
+			for b.Loop() {
+				prev := st.Serial
+				st.Serial++
+				if err := w.Save(ctx, st, prev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRead measures reading (and fully checking) a stored 10,000-resource state.
+func BenchmarkRead(b *testing.B) {
+	ctx := context.Background()
+	for _, o := range backends(b) {
+		b.Run(fmt.Sprintf("%s/%d", o.name, size), func(b *testing.B) {
+			st := topology(size)
+			st.Serial = 1
+			if err := o.b.(backend.Writer).Save(ctx, st, 0); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				got, err := o.b.Read(ctx)
+				if err != nil || len(got.Resources) != size {
+					b.Fatalf("read: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkManagerMutate is a whole `state rm`-like operation: lock, read, check, snapshot,
+// CAS save, unlock.
+func BenchmarkManagerMutate(b *testing.B) {
+	ctx := context.Background()
+	for _, o := range backends(b) {
+		b.Run(fmt.Sprintf("%s/%d", o.name, size), func(b *testing.B) {
+			st := topology(size)
+			st.Serial = 1
+			if err := o.b.(backend.Writer).Save(ctx, st, 0); err != nil {
+				b.Fatal(err)
+			}
+			m := backend.NewManager(o.b, backend.Options{})
+			for b.Loop() {
+				if _, err := m.Mutate(ctx, "bench", false, func(st *states.State) error {
+					st.Resources[0].UpdatedAt = time.Now()
+					return nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
