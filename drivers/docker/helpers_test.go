@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -138,6 +139,13 @@ func testBridge(t *testing.T, topology, addr string) substrate.Handle {
 		l, err := netlink.LinkByName(name)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// A bridge without a set MAC takes its lowest port's, so adding or removing a port can
+		// change the address the host answers from, and the containers' neighbour entries for
+		// the host go stale for seconds. The host talks to the nodes here, so pin it.
+		mac, _ := net.ParseMAC("02:00:c6:33:64:01")
+		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
+			t.Fatalf("bridge %s: set MAC: %v", name, err)
 		}
 		a, err := netlink.ParseAddr(addr)
 		if err != nil {
