@@ -71,6 +71,14 @@ type NodeSpec struct {
 	Environment map[string]string `json:"environment,omitempty"`
 	Attachments []Attachment      `json:"attachments,omitempty"`
 	Routes      []substrate.Route `json:"routes,omitempty"`
+	// Provisioners run in order through guest execution once the node is up (after creation,
+	// replacement or reset); arguments may embed secret references. A crash while they run
+	// makes recovery run them again (at least once).
+	Provisioners [][]string `json:"provisioners,omitempty"`
+	// ArtifactFrom and KernelFrom name the artifact resources whose driver reference
+	// (their state ExternalID, e.g. an image id) completes Spec.Artifact/Kernel at apply time.
+	ArtifactFrom *addrs.Instance `json:"artifact_from,omitempty"`
+	KernelFrom   *addrs.Instance `json:"kernel_from,omitempty"`
 }
 
 // Attachment is one desired attachment; its network handle is looked up in state at apply time.

@@ -25,27 +25,28 @@ const (
 type Step string
 
 const (
-	StepBegin      Step = "begin"             // intent recorded; nothing done yet
-	StepVerified   Step = "baseline-verified" // reset: baseline digest re-verified
-	StepDetached   Step = "detached"          // delete: prior attachments detached
-	StepDeleted    Step = "deleted"           // delete/replace: prior object gone
-	StepCreated    Step = "created"           // Handle known
-	StepAttached   Step = "attached"          // one more attachment wired (see Attachments)
-	StepWired      Step = "wired"             // guest network and routes configured
-	StepStarted    Step = "started"
-	StepApplied    Step = "applied"     // policy installed and read back
-	StepObserved   Step = "observed"    // new object observed present
-	StepReapplied  Step = "reapplied"   // reset: impacted policies re-installed on the new generation
-	StepStateSaved Step = "state-saved" // state CAS-saved with the result
-	StepCleaned    Step = "prior-cleaned"
-	StepDone       Step = "done"
-	StepFailed     Step = "failed" // terminal: the error is in Error, state records what exists
+	StepBegin       Step = "begin"             // intent recorded; nothing done yet
+	StepVerified    Step = "baseline-verified" // reset: baseline digest re-verified
+	StepDetached    Step = "detached"          // delete: prior attachments detached
+	StepDeleted     Step = "deleted"           // delete/replace: prior object gone
+	StepCreated     Step = "created"           // Handle known
+	StepAttached    Step = "attached"          // one more attachment wired (see Attachments)
+	StepWired       Step = "wired"             // guest network and routes configured
+	StepStarted     Step = "started"
+	StepApplied     Step = "applied"     // policy installed and read back
+	StepObserved    Step = "observed"    // new object observed present
+	StepProvisioned Step = "provisioned" // provisioners ran
+	StepReapplied   Step = "reapplied"   // reset: impacted policies re-installed on the new generation
+	StepStateSaved  Step = "state-saved" // state CAS-saved with the result
+	StepCleaned     Step = "prior-cleaned"
+	StepDone        Step = "done"
+	StepFailed      Step = "failed" // terminal: the error is in Error, state records what exists
 )
 
 var stepRank = map[Step]int{
 	StepBegin: 0, StepVerified: 1, StepDetached: 2, StepDeleted: 3, StepCreated: 4, StepAttached: 5,
-	StepWired: 6, StepStarted: 7, StepApplied: 8, StepObserved: 9, StepReapplied: 10,
-	StepStateSaved: 11, StepCleaned: 12, StepDone: 13, StepFailed: 13,
+	StepWired: 6, StepStarted: 7, StepApplied: 8, StepObserved: 9, StepProvisioned: 10, StepReapplied: 11,
+	StepStateSaved: 12, StepCleaned: 13, StepDone: 14, StepFailed: 14,
 }
 
 func (s Step) atLeast(o Step) bool { return stepRank[s] >= stepRank[o] }

@@ -441,9 +441,14 @@ func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState, _ bool
 		}
 	}
 	after := map[int][]int{} // i waits for after[i]
+	isRemoval := make(map[string]int, len(removals))
 	for _, i := range removals {
-		for _, j := range removals {
-			if i != j && dependsOn(&actions[j], actions[i].Addr) {
+		isRemoval[actions[i].Addr.String()] = i
+	}
+	for _, j := range removals {
+		// j depends on i: j (the dependent) goes first, so i waits for j.
+		for _, d := range depsOf(&actions[j]) {
+			if i, ok := isRemoval[d.String()]; ok && i != j {
 				after[i] = append(after[i], j)
 			}
 		}
@@ -464,7 +469,7 @@ func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState, _ bool
 	}
 	after = map[int][]int{}
 	for _, i := range rest {
-		for _, d := range actions[i].Deps {
+		for _, d := range depsOf(&actions[i]) {
 			if j, ok := idx[d.String()]; ok && j != i && ops[j] != nil && needsCreation(ops[j]) {
 				after[i] = append(after[i], j)
 			}
@@ -499,23 +504,18 @@ func needsCreation(op *OpState) bool {
 	return !op.Step.Terminal()
 }
 
-func dependsOn(a *Action, addr addrs.Instance) bool {
-	for _, d := range a.Deps {
-		if d.Equal(addr) {
-			return true
-		}
-	}
-	if a.Policy != nil && a.Policy.Node.Equal(addr) {
-		return true
+// depsOf lists everything a must come after (and be removed before).
+func depsOf(a *Action) []addrs.Instance {
+	out := append([]addrs.Instance(nil), a.Deps...)
+	if a.Policy != nil {
+		out = append(out, a.Policy.Node)
 	}
 	if a.Node != nil {
 		for _, at := range a.Node.Attachments {
-			if at.Network.Equal(addr) {
-				return true
-			}
+			out = append(out, at.Network)
 		}
 	}
-	return false
+	return out
 }
 
 // schedule runs fn for each item once every item it waits for has finished, at most
@@ -649,8 +649,9 @@ func (r *run) stateResource(op *OpState, obs substrate.Observation) *states.Reso
 	}
 	if op.Handle != nil {
 		res.ExternalID = op.Handle.ExternalID
-		p := op.Handle.Private
-		res.Private = &p
+		if p := op.Handle.Private; p.Driver != "" || p.Data != nil {
+			res.Private = &p
+		}
 	}
 	return res
 }

@@ -90,6 +90,7 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 // topology's markers.
 func (e *Executor) Audit(ctx context.Context, topology string) ([]substrate.Object, error) {
 	var out []substrate.Object
+	seen := map[string]bool{}
 	for _, name := range e.Registry.Names() {
 		if !e.Registry.Has(name, driver.CapAudit) {
 			continue
@@ -102,7 +103,13 @@ func (e *Executor) Audit(ctx context.Context, topology string) ([]substrate.Obje
 		if err != nil {
 			return nil, fmt.Errorf("residue audit: driver %s: %w", name, err)
 		}
-		out = append(out, objs...)
+		for _, o := range objs {
+			k := o.Kind + "\x00" + o.ExternalID
+			if !seen[k] { // one object may be reported by drivers sharing a substrate
+				seen[k] = true
+				out = append(out, o)
+			}
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Owner.Address != out[j].Owner.Address {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -161,6 +163,8 @@ func (r *run) createArtifact(ctx context.Context, op *OpState) error {
 		return fmt.Errorf("resolve artifact %s: %w", spec.Source, err)
 	}
 	op.Artifact = &id
+	// The driver's reference to the loaded artifact (an image id) is its external identity.
+	op.Handle = &substrate.Handle{Driver: a.Driver, ExternalID: id.Ref}
 	return r.save(ctx, op, substrate.Observation{Status: substrate.Present})
 }
 
@@ -208,6 +212,20 @@ func (r *run) nodeSpec(ctx context.Context, op *OpState, withEnv bool) (substrat
 	spec := op.Action.Node.Spec
 	spec.Owner = op.Owner
 	spec.Driver = op.Action.Driver
+	fill := func(id *substrate.ArtifactIdentity, from *addrs.Instance) *substrate.ArtifactIdentity {
+		if id == nil || from == nil {
+			return id
+		}
+		c := *id
+		r.sv.view(func(st *states.State) {
+			if ar := st.Resource(*from); ar != nil && ar.ExternalID != "" {
+				c.Ref = ar.ExternalID
+			}
+		})
+		return &c
+	}
+	spec.Artifact = fill(spec.Artifact, op.Action.Node.ArtifactFrom)
+	spec.Kernel = fill(spec.Kernel, op.Action.Node.KernelFrom)
 	if withEnv {
 		env, err := r.resolveEnv(ctx, op.Action.Node.Environment)
 		if err != nil {
@@ -370,7 +388,46 @@ func (r *run) createNode(ctx context.Context, op *OpState) error {
 	if err != nil {
 		return r.keepFailed(ctx, op, err)
 	}
+	if err := r.provision(ctx, op); err != nil {
+		return r.keepFailed(ctx, op, err)
+	}
 	return r.save(ctx, op, obs)
+}
+
+// provision runs the node's provisioners through guest execution, once per generation.
+func (r *run) provision(ctx context.Context, op *OpState) error {
+	ps := op.Action.Node.Provisioners
+	if len(ps) == 0 || op.Step.atLeast(StepProvisioned) {
+		return nil
+	}
+	g, err := driver.Get[driver.GuestExec](r.e.Registry, op.Action.Driver, driver.CapGuestExec)
+	if err != nil {
+		return err
+	}
+	for i, argv := range ps {
+		plain := make([]string, len(argv))
+		for j, arg := range argv {
+			if !strings.Contains(arg, "secret://") {
+				plain[j] = arg
+				continue
+			}
+			if r.e.Resolve == nil {
+				return fmt.Errorf("provisioner %d: argument %d holds a secret reference but no resolver is configured", i+1, j+1)
+			}
+			if plain[j], err = r.e.Resolve(ctx, arg); err != nil {
+				return fmt.Errorf("provisioner %d: argument %d: %w", i+1, j+1, err)
+			}
+		}
+		res, err := g.Exec(ctx, *op.Handle, substrate.ExecRequest{Argv: plain})
+		if err != nil {
+			return fmt.Errorf("provisioner %d: %w", i+1, err)
+		}
+		if res.ExitCode != 0 {
+			// The command line may hold plaintext: name the provisioner by position only.
+			return fmt.Errorf("provisioner %d: exit code %d", i+1, res.ExitCode)
+		}
+	}
+	return r.ck(op, StepProvisioned)
 }
 
 // keepFailed records a node that exists but failed to come up in state as degraded, so that

@@ -173,6 +173,9 @@ func (r *run) resetNode(ctx context.Context, op *OpState) error {
 				return err
 			}
 		}
+		if err := r.provision(ctx, op); err != nil {
+			return err
+		}
 		if err := r.reapplyPolicies(ctx, op); err != nil {
 			return err
 		}

@@ -1091,3 +1091,21 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 	})
 	return out, nil
 }
+
+// Alias is the fake registered under another name, sharing the fake's world, so that tests and
+// the CLI's test mode can stand in for "netns", "nftables" or "docker" (whose names the
+// configuration language accepts).
+type Alias struct {
+	*Driver
+	name string
+}
+
+// As returns d under another registry name.
+func (d *Driver) As(name string) *Alias { return &Alias{Driver: d, name: name} }
+
+// Descriptor renames the fake's descriptor.
+func (a *Alias) Descriptor() driver.Descriptor {
+	desc := a.Driver.Descriptor()
+	desc.Name = a.name
+	return desc
+}
