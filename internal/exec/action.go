@@ -108,6 +108,9 @@ type Plan struct {
 	// an error (a stale plan) stops the apply with nothing mutated. Stored plans pass
 	// plans.Verify here.
 	Verify func(ctx context.Context, st *states.State) error
+	// Prepare, when set, is called after Verify with the same state and returns the actions
+	// to run, replacing Actions: a plan made (or re-checked) under the lock.
+	Prepare func(ctx context.Context, st *states.State) ([]Action, error)
 	// Outputs, when set, computes the topology's outputs from the final state.
 	Outputs func(st *states.State) (map[string]states.Output, error)
 }

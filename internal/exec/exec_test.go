@@ -440,14 +440,14 @@ func TestImportAndExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r, err := h.ex.Import(ctx, mustAddr("sysbox_node.legacy"), "fake", "legacy-7")
+	r, err := h.ex.Import(ctx, mustAddr("sysbox_node.legacy"), "fake", "legacy-7", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.ExternalID != "legacy-7" || r.Owner.Generation != 1 {
 		t.Fatalf("import: got %+v", r)
 	}
-	if _, err := h.ex.Import(ctx, mustAddr("sysbox_node.legacy"), "fake", "legacy-7"); err == nil {
+	if _, err := h.ex.Import(ctx, mustAddr("sysbox_node.legacy"), "fake", "legacy-7", nil, 0); err == nil {
 		t.Fatal("second import to a taken address accepted")
 	}
 	out, err := h.ex.Exec(ctx, mustAddr("sysbox_node.web[0]"), substrate.ExecRequest{Argv: []string{"echo", "hi"}})

@@ -209,17 +209,29 @@ func (e *Executor) Apply(ctx context.Context, plan *Plan) (*Result, error) {
 		return &Result{Recovered: rep}, err
 	}
 	defer s.close()
-	if plan.Verify != nil {
-		if err := plan.Verify(ctx, s.st); err != nil {
-			return &Result{Recovered: rep}, err
-		}
-	}
-	if err := e.Check(plan.Actions); err != nil {
+	actions, err := plan.prepare(ctx, s.st)
+	if err != nil {
 		return &Result{Recovered: rep}, err
 	}
-	res, err := e.execute(ctx, s, "apply", plan.Fingerprint, plan.Actions, plan.Outputs)
+	if err := e.Check(actions); err != nil {
+		return &Result{Recovered: rep}, err
+	}
+	res, err := e.execute(ctx, s, "apply", plan.Fingerprint, actions, plan.Outputs)
 	res.Recovered = rep
 	return res, err
+}
+
+// prepare verifies the plan against st and returns its actions.
+func (p *Plan) prepare(ctx context.Context, st *states.State) ([]Action, error) {
+	if p.Verify != nil {
+		if err := p.Verify(ctx, st); err != nil {
+			return nil, err
+		}
+	}
+	if p.Prepare != nil {
+		return p.Prepare(ctx, st)
+	}
+	return p.Actions, nil
 }
 
 // execute runs actions on an open session.

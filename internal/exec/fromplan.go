@@ -159,18 +159,3 @@ func artifactOf(ref string, stored map[string]json.RawMessage) (*substrate.Artif
 	return &substrate.ArtifactIdentity{Kind: c.Kind, Source: c.Source, Architecture: c.Architecture,
 		GuestFamily: c.GuestFamily, Size: c.Size, Digest: c.Digest}, &addr, nil
 }
-
-// PriorState presents a state to the planner: public attributes, dependencies and the latest
-// observation, never the provider-private envelope. A nil state is an empty one.
-func PriorState(st *states.State) plans.PriorState {
-	m := &plans.MemoryState{}
-	if st == nil {
-		return m
-	}
-	m.LineageID, m.SerialNo = st.Lineage, st.Serial
-	for _, r := range st.Resources {
-		m.Items = append(m.Items, plans.PriorResource{Addr: r.Addr, SchemaVersion: r.SchemaVersion, Attributes: r.Attributes,
-			Dependencies: r.Dependencies, Status: r.Observation.Status, StatusReason: r.Observation.Reason})
-	}
-	return m
-}

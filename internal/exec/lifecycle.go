@@ -54,22 +54,21 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 		return &Result{Recovered: rep}, nil, err
 	}
 	defer s.close()
+	var actions []Action
 	if plan == nil {
 		acts, err := DestroyActions(s.st)
 		if err != nil {
 			return &Result{Recovered: rep}, nil, err
 		}
-		plan = &Plan{Actions: acts}
-	} else if plan.Verify != nil {
-		if err := plan.Verify(ctx, s.st); err != nil {
-			return &Result{Recovered: rep}, nil, err
-		}
+		plan, actions = &Plan{}, acts
+	} else if actions, err = plan.prepare(ctx, s.st); err != nil {
+		return &Result{Recovered: rep}, nil, err
 	}
-	if err := e.Check(plan.Actions); err != nil {
+	if err := e.Check(actions); err != nil {
 		return &Result{Recovered: rep}, nil, err
 	}
 	lineage := s.st.Lineage
-	res, runErr := e.execute(ctx, s, "destroy", plan.Fingerprint, plan.Actions, func(*states.State) (map[string]states.Output, error) {
+	res, runErr := e.execute(ctx, s, "destroy", plan.Fingerprint, actions, func(*states.State) (map[string]states.Output, error) {
 		return map[string]states.Output{}, nil
 	})
 	res.Recovered = rep
@@ -253,8 +252,10 @@ func (e *Executor) observe(ctx context.Context, st *states.State, r *states.Reso
 }
 
 // Import adopts an existing node as addr through its driver's import rule (S22) and records it
-// in state at generation 1 of this topology's ownership.
-func (e *Executor) Import(ctx context.Context, addr addrs.Instance, driverName, externalID string) (*states.Resource, error) {
+// in state at generation 1 of this topology's ownership. attrs, when given, is the handler's
+// stored form of the configured resource (so the next plan compares like with like);
+// schemaVersion goes with it.
+func (e *Executor) Import(ctx context.Context, addr addrs.Instance, driverName, externalID string, attrs json.RawMessage, schemaVersion int) (*states.Resource, error) {
 	s, _, err := e.open(ctx, "import")
 	if err != nil {
 		return nil, err
@@ -289,6 +290,12 @@ func (e *Executor) Import(ctx context.Context, addr addrs.Instance, driverName, 
 		Attachments: got.Attachments, Owner: owner, Private: &priv, CreatedAt: now, UpdatedAt: now,
 		Observation: states.Observation{Status: substrate.Present, Reason: "imported", At: now}}
 	res.Attributes, _ = jsonMarshal(summary{Kind: KindNode, Generation: 1, Artifact: got.Artifact})
+	if attrs != nil {
+		res.Attributes = attrs
+	}
+	if schemaVersion > 0 {
+		res.SchemaVersion = schemaVersion
+	}
 	next := s.st.Clone()
 	next.Set(res)
 	next.Serial = s.st.Serial + 1
