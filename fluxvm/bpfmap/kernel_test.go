@@ -279,6 +279,16 @@ func TestKernelHashUpgradeRoundTrip(t *testing.T) {
 		}
 		checkEntries(t, fmt.Sprintf("snapshot with batch size 1, %d threads (%s)", par, sd.Header.Method), got, old)
 	}
+	// A cancelled context stops a snapshot and a restore before anything is written.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	cancelled := filepath.Join(dir, "cancelled.snap")
+	if _, err := s.Snapshot(cctx, spec, cancelled, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Snapshot with a cancelled context: got %v, want context.Canceled", err)
+	}
+	if _, err := os.Stat(cancelled); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cancelled Snapshot left a file: %v", err)
+	}
 	// A metadata-only snapshot records the count and no entries.
 	metaSnap := filepath.Join(dir, "meta.snap")
 	meta := spec
