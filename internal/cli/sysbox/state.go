@@ -1,0 +1,455 @@
+package sysbox
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/backend"
+	"zyvor.dev/sysbox/internal/backend/backends"
+	"zyvor.dev/sysbox/internal/backend/local"
+	"zyvor.dev/sysbox/internal/states"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+func init() { register(newStateCommand) }
+
+// stateFlags choose the backend and how to treat it; shared by every `state` subcommand.
+type stateFlags struct {
+	statePath   string
+	lockTimeout time.Duration
+	allowUnsafe bool
+	vf          varFlags
+}
+
+func addStateFlags(cmd *cobra.Command, sf *stateFlags, mutates bool) {
+	cmd.Flags().StringVar(&sf.statePath, "state", "", "use the local state file `PATH` instead of the topology's backend")
+	addVarFlags(cmd, &sf.vf)
+	if mutates {
+		cmd.Flags().DurationVar(&sf.lockTimeout, "lock-timeout", 0, "wait up to `DURATION` for a held state lock (0: fail at once)")
+		cmd.Flags().BoolVar(&sf.allowUnsafe, "allow-unsafe-state", false, "change state through a backend without locking or compare-and-swap (only if nothing else writes it)")
+	}
+}
+
+func newStateCommand(app *App) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "state",
+		Short: "Inspect and change the durable state",
+		Long: "state list|show read the state; state mv|rm change it under the state lock by compare-and-swap, " +
+			"after snapshotting it, and never touch external objects; state force-unlock removes a stale lock.",
+	}
+	cmd.AddCommand(newStateListCommand(app), newStateShowCommand(app), newStateMvCommand(app),
+		newStateRmCommand(app), newStateForceUnlockCommand(app))
+	return cmd
+}
+
+// openStateBackend opens the backend named by --state or by the topology's substrate block.
+func (a *App) openStateBackend(ctx context.Context, sf *stateFlags) (backend.Backend, error) {
+	if sf.statePath != "" {
+		p := sf.statePath
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(a.dir(), p)
+		}
+		return local.New(p)
+	}
+	l, err := a.loadTopology(&sf.vf)
+	if err != nil {
+		return nil, err
+	}
+	if l.diags.HasErrors() || l.top == nil {
+		a.printDiags(a.Env.Stderr, l)
+		return nil, &silentExit{code: ExitError}
+	}
+	b := l.top.Substrate.Backend
+	settings, err := a.backendSettings(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	be, err := backends.Open(ctx, b.Name, settings)
+	if err != nil {
+		return nil, fmt.Errorf("state backend %s: %w", b.Name, err)
+	}
+	return be, nil
+}
+
+func (a *App) stateManager(ctx context.Context, sf *stateFlags) (*backend.Manager, error) {
+	be, err := a.openStateBackend(ctx, sf)
+	if err != nil {
+		return nil, err
+	}
+	return backend.NewManager(be, backend.Options{AllowUnsafe: sf.allowUnsafe, LockTimeout: sf.lockTimeout}), nil
+}
+
+func parseAddrArg(what, s string) (addrs.Instance, error) {
+	a, err := addrs.ParseInstance(s)
+	if err != nil {
+		return addrs.Instance{}, fmt.Errorf("%s %q: %w", what, s, err)
+	}
+	return a, nil
+}
+
+// ---- state list ------------------------------------------------------------------------------
+
+func newStateListCommand(app *App) *cobra.Command {
+	var sf stateFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list [TARGET...]",
+		Short: "List resource addresses in the state, one per line",
+		Long:  "list prints the canonical address of every resource in the state (or of those within the given targets, e.g. module.lab or sysbox_node.web).",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			targets, err := parseTargets(args)
+			if err != nil {
+				return err
+			}
+			m, err := app.stateManager(cmd.Context(), &sf)
+			if err != nil {
+				return err
+			}
+			defer m.Backend().Close()
+			st, err := m.Read(cmd.Context())
+			if err != nil {
+				return err
+			}
+			rs := selectResources(st, targets)
+			if asJSON {
+				return writeJSON(app.Env.Stdout, listJSON(st, rs))
+			}
+			for _, r := range rs {
+				fmt.Fprintln(app.Env.Stdout, r.Addr)
+			}
+			return nil
+		},
+	}
+	addStateFlags(cmd, &sf, false)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func selectResources(st *states.State, targets []addrs.Target) []*states.Resource {
+	if len(targets) == 0 {
+		return st.Resources
+	}
+	var out []*states.Resource
+	for _, r := range st.Resources {
+		for _, t := range targets {
+			if t.Contains(r.Addr) {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
+type stateListJSON struct {
+	Lineage   string              `json:"lineage"`
+	Serial    uint64              `json:"serial"`
+	Resources []stateListResource `json:"resources"`
+}
+
+type stateListResource struct {
+	Address    string `json:"address"`
+	Type       string `json:"type"`
+	Driver     string `json:"driver,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
+	Status     string `json:"status"`
+}
+
+func listJSON(st *states.State, rs []*states.Resource) stateListJSON {
+	out := stateListJSON{Lineage: st.Lineage, Serial: st.Serial, Resources: []stateListResource{}}
+	for _, r := range rs {
+		out.Resources = append(out.Resources, stateListResource{Address: r.Addr.String(), Type: r.Addr.Resource.Type,
+			Driver: r.Driver, ExternalID: r.ExternalID, Status: string(r.Observation.Status)})
+	}
+	return out
+}
+
+// ---- state show ------------------------------------------------------------------------------
+
+func newStateShowCommand(app *App) *cobra.Command {
+	var sf stateFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ADDRESS",
+		Short: "Show one resource's state",
+		Long:  "show prints one resource's public state. The driver's private envelope is shown only as its driver, version and size: sysbox does not interpret it.",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			addr, err := parseAddrArg("address", args[0])
+			if err != nil {
+				return err
+			}
+			m, err := app.stateManager(cmd.Context(), &sf)
+			if err != nil {
+				return err
+			}
+			defer m.Backend().Close()
+			st, err := m.Read(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r := st.Resource(addr)
+			if r == nil {
+				return &states.NotFoundError{Addr: addr}
+			}
+			v := showView(r)
+			if asJSON {
+				return writeJSON(app.Env.Stdout, v)
+			}
+			renderShow(app.Env.Stdout, v)
+			return nil
+		},
+	}
+	addStateFlags(cmd, &sf, false)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// stateShowJSON is a resource as `state show` presents it: everything public; private
+// envelopes reduced to what they are.
+type stateShowJSON struct {
+	Address       string              `json:"address"`
+	Type          string              `json:"type"`
+	SchemaVersion int                 `json:"schema_version"`
+	Driver        string              `json:"driver,omitempty"`
+	ExternalID    string              `json:"external_id,omitempty"`
+	Status        string              `json:"status"`
+	StatusReason  string              `json:"status_reason,omitempty"`
+	ObservedAt    *time.Time          `json:"observed_at,omitempty"`
+	Owner         substrate.Owner     `json:"owner"`
+	Dependencies  []string            `json:"dependencies"`
+	Attachments   []attachmentJSON    `json:"attachments"`
+	Attributes    any                 `json:"attributes"`
+	Private       *opaqueEnvelopeJSON `json:"private,omitempty"`
+	CreatedAt     time.Time           `json:"created_at"`
+	UpdatedAt     time.Time           `json:"updated_at"`
+}
+
+type attachmentJSON struct {
+	Name    string              `json:"name"`
+	MAC     string              `json:"mac"`
+	IPv4    []string            `json:"ipv4"`
+	Gateway string              `json:"gateway,omitempty"`
+	Private *opaqueEnvelopeJSON `json:"private,omitempty"`
+}
+
+type opaqueEnvelopeJSON struct {
+	Driver  string `json:"driver"`
+	Version int    `json:"version"`
+	Bytes   int    `json:"bytes"`
+}
+
+func showView(r *states.Resource) stateShowJSON {
+	v := stateShowJSON{Address: r.Addr.String(), Type: r.Addr.Resource.Type, SchemaVersion: r.SchemaVersion,
+		Driver: r.Driver, ExternalID: r.ExternalID, Status: string(r.Observation.Status), StatusReason: r.Observation.Reason,
+		Owner: r.Owner, Dependencies: []string{}, Attachments: []attachmentJSON{}, Attributes: rawOrNull(r.Attributes),
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
+	if !r.Observation.At.IsZero() {
+		at := r.Observation.At.UTC()
+		v.ObservedAt = &at
+	}
+	for _, d := range r.Dependencies {
+		v.Dependencies = append(v.Dependencies, d.String())
+	}
+	for _, a := range r.Attachments {
+		j := attachmentJSON{Name: a.Name, MAC: a.MAC, IPv4: append([]string{}, a.IPv4...), Gateway: a.Gateway}
+		if a.Private.Driver != "" || len(a.Private.Data) > 0 {
+			j.Private = &opaqueEnvelopeJSON{Driver: a.Private.Driver, Version: a.Private.Version, Bytes: len(a.Private.Data)}
+		}
+		v.Attachments = append(v.Attachments, j)
+	}
+	if r.Private != nil {
+		v.Private = &opaqueEnvelopeJSON{Driver: r.Private.Driver, Version: r.Private.Version, Bytes: len(r.Private.Data)}
+	}
+	return v
+}
+
+type rawJSON []byte
+
+func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
+
+func rawOrNull(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return rawJSON(b)
+}
+
+func renderShow(w io.Writer, v stateShowJSON) {
+	fmt.Fprintf(w, "# %s\n", v.Address)
+	row := func(k, val string) {
+		if val != "" {
+			fmt.Fprintf(w, "%-15s %s\n", k, val)
+		}
+	}
+	row("type", v.Type)
+	row("schema version", fmt.Sprint(v.SchemaVersion))
+	row("driver", v.Driver)
+	row("external id", v.ExternalID)
+	status := v.Status
+	if v.StatusReason != "" {
+		status += " (" + v.StatusReason + ")"
+	}
+	if v.ObservedAt != nil {
+		status += " at " + v.ObservedAt.Format(time.RFC3339)
+	}
+	row("observation", status)
+	row("owner", fmt.Sprintf("topology %s, address %s, type %s, generation %d", v.Owner.Topology, v.Owner.Address, v.Owner.Type, v.Owner.Generation))
+	if len(v.Dependencies) > 0 {
+		row("depends on", strings.Join(v.Dependencies, ", "))
+	}
+	for _, a := range v.Attachments {
+		desc := a.MAC
+		if len(a.IPv4) > 0 {
+			desc += " " + strings.Join(a.IPv4, ", ")
+		}
+		if a.Gateway != "" {
+			desc += " via " + a.Gateway
+		}
+		row("attachment "+a.Name, desc)
+	}
+	if v.Private != nil {
+		row("private", fmt.Sprintf("%s envelope v%d, %d bytes (opaque)", v.Private.Driver, v.Private.Version, v.Private.Bytes))
+	}
+	row("created", v.CreatedAt.Format(time.RFC3339))
+	row("updated", v.UpdatedAt.Format(time.RFC3339))
+	if v.Attributes != nil {
+		b, _ := jsonIndent(v.Attributes)
+		fmt.Fprintf(w, "attributes\n%s\n", b)
+	}
+}
+
+// ---- state mv --------------------------------------------------------------------------------
+
+func newStateMvCommand(app *App) *cobra.Command {
+	var sf stateFlags
+	cmd := &cobra.Command{
+		Use:   "mv OLD NEW",
+		Short: "Give a resource a new address, keeping its object",
+		Long: "mv re-addresses a resource in the state without deleting or creating anything: its external object, " +
+			"ownership markers and private state stay. It refuses when OLD is missing, NEW exists or the type would change. " +
+			"The state is snapshotted first and saved by compare-and-swap under the state lock.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			from, err := parseAddrArg("source address", args[0])
+			if err != nil {
+				return err
+			}
+			to, err := parseAddrArg("destination address", args[1])
+			if err != nil {
+				return err
+			}
+			m, err := app.stateManager(cmd.Context(), &sf)
+			if err != nil {
+				return err
+			}
+			defer m.Backend().Close()
+			st, err := m.Mutate(cmd.Context(), "state mv", true, func(st *states.State) error {
+				return st.Move(from, to, time.Now())
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(app.Env.Stdout, "Moved %s to %s (state serial %d). No external object was touched.\n", from, to, st.Serial)
+			return nil
+		},
+	}
+	addStateFlags(cmd, &sf, true)
+	return cmd
+}
+
+// ---- state rm --------------------------------------------------------------------------------
+
+func newStateRmCommand(app *App) *cobra.Command {
+	var sf stateFlags
+	cmd := &cobra.Command{
+		Use:   "rm ADDRESS...",
+		Short: "Forget resources without touching their objects",
+		Long: "rm removes resources from the state only: their external objects keep running and are no longer managed " +
+			"(an audit may report them as residue). Every address must exist, or nothing is removed.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var targets []addrs.Instance
+			for _, s := range args {
+				a, err := parseAddrArg("address", s)
+				if err != nil {
+					return err
+				}
+				targets = append(targets, a)
+			}
+			m, err := app.stateManager(cmd.Context(), &sf)
+			if err != nil {
+				return err
+			}
+			defer m.Backend().Close()
+			st, err := m.Mutate(cmd.Context(), "state rm", true, func(st *states.State) error {
+				var missing []error
+				for _, a := range targets {
+					if !st.Remove(a) {
+						missing = append(missing, &states.NotFoundError{Addr: a})
+					}
+				}
+				if len(missing) > 0 {
+					return fmt.Errorf("nothing removed: %w", errors.Join(missing...))
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, a := range targets {
+				fmt.Fprintf(app.Env.Stdout, "Removed %s\n", a)
+			}
+			fmt.Fprintf(app.Env.Stdout, "Forgot %d resource(s) (state serial %d). Their external objects were not touched.\n", len(targets), st.Serial)
+			return nil
+		},
+	}
+	addStateFlags(cmd, &sf, true)
+	return cmd
+}
+
+// ---- state force-unlock ----------------------------------------------------------------------
+
+func newStateForceUnlockCommand(app *App) *cobra.Command {
+	var sf stateFlags
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "force-unlock LOCK_ID",
+		Short: "Remove a state lock left by a crashed process",
+		Long: "force-unlock removes the state lock with this ID, whoever holds it. Use it only when the holder is gone: " +
+			"two writers at once can corrupt the topology. Backends whose locks end with their holder (local) have nothing to force.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			m, err := app.stateManager(cmd.Context(), &sf)
+			if err != nil {
+				return err
+			}
+			defer m.Backend().Close()
+			if !force {
+				fmt.Fprintf(app.Env.Stdout, "Remove state lock %s? Only do this if the process holding it is gone. Type \"yes\": ", id)
+				line, _ := bufio.NewReader(app.Env.Stdin).ReadString('\n')
+				if strings.TrimSpace(line) != "yes" {
+					return fmt.Errorf("force-unlock %s: not confirmed; nothing changed", id)
+				}
+			}
+			if err := m.ForceUnlock(cmd.Context(), id); err != nil {
+				return err
+			}
+			fmt.Fprintf(app.Env.Stdout, "State lock %s removed.\n", id)
+			return nil
+		},
+	}
+	addStateFlags(cmd, &sf, false)
+	cmd.Flags().BoolVar(&force, "force", false, "do not ask for confirmation")
+	return cmd
+}
