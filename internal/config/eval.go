@@ -512,6 +512,10 @@ func (e *evaluator) output(mi *modInst, name string) *valSlot {
 // evalExpr evaluates expr in module instance mi with repetition data r (of kind allowed).
 func (e *evaluator) evalExpr(mi *modInst, expr hcl.Expression, r rep, allowed repKind) (cty.Value, []*resSlot, bool) {
 	vars, deps, failed := e.scope(mi, expr.Variables(), allowed)
+	if failed {
+		// the reference's own problem is already reported; evaluating would only repeat it
+		return cty.DynamicVal, deps, true
+	}
 	ctx := &hcl.EvalContext{Variables: withRep(vars, r), Functions: mi.funcs}
 	v, d := expr.Value(ctx)
 	e.diags = append(e.diags, d...)
@@ -919,6 +923,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 		explicit = append(explicit, tr)
 	}
 	deps = uniqueSlots(deps)
+	rs.failed = failed
 	refs := make([]cty.Value, 0, len(x.keys))
 	for i, k := range x.keys {
 		addr := addrs.Instance{Module: mi.path, Resource: cfg.Addr, Key: k}

@@ -70,9 +70,11 @@ func (a *App) loadTopology(vf *varFlags) (*loaded, error) {
 		}
 		inputs[k] = v
 	}
-	if l.diags.HasErrors() {
+	if mod == nil {
 		return l, nil
 	}
+	// Evaluate even after load errors (duplicates are dropped) so that validate reports
+	// every problem at once.
 	top, d := config.Evaluate(mod, src, config.Options{Schemas: reg, Inputs: inputs, LookupEnv: a.Env.LookupEnv})
 	l.diags = append(l.diags, d...)
 	l.top = top

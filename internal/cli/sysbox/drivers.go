@@ -1,0 +1,245 @@
+package sysbox
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"zyvor.dev/sysbox/drivers/docker"
+	"zyvor.dev/sysbox/drivers/netns"
+	"zyvor.dev/sysbox/drivers/nftables"
+	"zyvor.dev/sysbox/internal/backend"
+	"zyvor.dev/sysbox/internal/backend/backends"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/fake"
+	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/secrets"
+)
+
+// EnvTestFakeWorld switches the driver registry to test mode: the in-memory fake driver
+// (internal/driver/fake), persisted to the named file, registered under the built-in driver
+// names (netns, nftables, docker). Crash tests use it to kill the real binary at every step
+// without touching the host. Never set it outside tests.
+const EnvTestFakeWorld = "SYSBOX_TEST_FAKE_WORLD"
+
+// builtinDriverNames are the drivers sysbox ships with; the fake stands in for each in test mode.
+var builtinDriverNames = []string{"netns", "nftables", "docker"}
+
+// DriverRegistry builds the registry of this process: the built-in drivers, or in test mode
+// (EnvTestFakeWorld set in the environment lookup) the fake under their names. This is the one
+// place that knows the concrete drivers; cmd/sysbox hands it to Env.Drivers.
+func DriverRegistry(lookup func(string) (string, bool)) (*driver.Registry, error) {
+	r := driver.NewRegistry()
+	if lookup != nil {
+		if world, ok := lookup(EnvTestFakeWorld); ok && world != "" {
+			d, err := fake.New(fake.Options{Path: world})
+			if err != nil {
+				return nil, err
+			}
+			for _, name := range builtinDriverNames {
+				if err := r.Register(d.As(name)); err != nil {
+					return nil, err
+				}
+			}
+			return r, nil
+		}
+	}
+	for _, reg := range []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register} {
+		if err := reg(r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// registry returns the registry the executing commands use: Env.Drivers when it yields a
+// *driver.Registry (cmd/sysbox, tests), else DriverRegistry. Test mode always wins, so that
+// planning and applying see the same drivers.
+func (a *App) registry() (*driver.Registry, error) {
+	if v, ok := a.Env.LookupEnv(EnvTestFakeWorld); ok && v != "" {
+		return DriverRegistry(a.Env.LookupEnv)
+	}
+	if a.Env.Drivers != nil {
+		c, err := a.Env.Drivers()
+		if err != nil {
+			return nil, fmt.Errorf("drivers: %w", err)
+		}
+		if r, ok := c.(*driver.Registry); ok {
+			return r, nil
+		}
+	}
+	return DriverRegistry(a.Env.LookupEnv)
+}
+
+// runFlags are shared by the commands that change the topology.
+type runFlags struct {
+	vars        varFlags
+	parallelism int
+	lockTimeout time.Duration
+	allowUnsafe bool
+}
+
+func addRunFlags(cmd *cobra.Command, f *runFlags) {
+	addVarFlags(cmd, &f.vars)
+	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, fmt.Sprintf("run at most `N` operations at once (default: the substrate's parallelism, else %d)", exec.DefaultParallelism))
+	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", 0, "wait up to `DURATION` for a held state lock (0: fail at once)")
+	cmd.Flags().BoolVar(&f.allowUnsafe, "allow-unsafe-state", false, "change state through a backend without locking or compare-and-swap (only if nothing else writes it)")
+}
+
+// runtime is what an executing command works with.
+type runtime struct {
+	app     *App
+	l       *loaded
+	reg     *driver.Registry
+	mgr     *backend.Manager
+	ex      *exec.Executor
+	facts   plans.Facts
+	planner *plans.Planner
+	close   func()
+}
+
+// openRuntime evaluates the topology, opens its state backend and builds the executor. The
+// secret resolver is execution-scoped: it reads the environment only when a provider call
+// needs a value.
+func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*runtime, error) {
+	l, err := a.loadTopology(&f.vars)
+	if err != nil {
+		return nil, err
+	}
+	if l.diags.HasErrors() || l.top == nil {
+		a.printDiags(a.Env.Stderr, l)
+		return nil, &silentExit{code: ExitError}
+	}
+	a.printDiags(a.Env.Stderr, l)
+	reg, err := a.registry()
+	if err != nil {
+		return nil, err
+	}
+	b := l.top.Substrate.Backend
+	settings, err := a.backendSettings(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	be, err := backendsOpen(ctx, b.Name, settings)
+	if err != nil {
+		return nil, fmt.Errorf("state backend %s: %w", b.Name, err)
+	}
+	mgr := backend.NewManager(be, backend.Options{AllowUnsafe: f.allowUnsafe, LockTimeout: f.lockTimeout})
+	rt := &runtime{app: a, l: l, reg: reg, mgr: mgr, close: func() { be.Close() },
+		planner: &plans.Planner{Handlers: l.reg, Capabilities: reg, ToolVersion: a.Env.Version}}
+	if needFacts {
+		if rt.facts, err = artifactFacts(l.top); err != nil {
+			be.Close()
+			return nil, err
+		}
+	}
+	par := f.parallelism
+	if par <= 0 {
+		par = l.top.Substrate.Parallelism
+	}
+	redactor := &secrets.Redactor{}
+	res := &secrets.EnvResolver{Lookup: a.Env.LookupEnv, Redactor: redactor}
+	rt.ex = &exec.Executor{
+		Registry:    reg,
+		State:       mgr.Store(),
+		Dir:         filepath.Join(a.dir(), ".sysbox"),
+		Parallelism: par,
+		Resolve: func(ctx context.Context, s string) (string, error) {
+			return secrets.ResolveString(ctx, res, s)
+		},
+		Progress: newProgress(a, redactor).event,
+	}
+	return rt, nil
+}
+
+// backendsOpen is a seam for tests.
+var backendsOpen = openBackend
+
+// desired plans the configuration against st (read-only use: reset, refresh, import) and
+// returns executor actions carrying every configured resource's desired spec.
+func (rt *runtime) desired(ctx context.Context) ([]exec.Action, *plans.Plan, error) {
+	st, err := rt.mgr.Read(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: plans.FromState(st), Facts: rt.facts})
+	if err != nil {
+		return nil, nil, err
+	}
+	acts, err := exec.FromPlan(p, st)
+	return acts, p, err
+}
+
+// progress prints one line per operation start and end; colour only on a TTY.
+type progress struct {
+	app      *App
+	redactor *secrets.Redactor
+}
+
+func newProgress(a *App, r *secrets.Redactor) *progress { return &progress{app: a, redactor: r} }
+
+var opVerb = map[exec.Op][2]string{
+	exec.OpCreate:  {"Creating...", "Creation complete"},
+	exec.OpRead:    {"Reading...", "Read complete"},
+	exec.OpUpdate:  {"Modifying...", "Modifications complete"},
+	exec.OpReplace: {"Replacing...", "Replacement complete"},
+	exec.OpDelete:  {"Destroying...", "Destruction complete"},
+	exec.OpReset:   {"Resetting...", "Reset complete"},
+}
+
+func (p *progress) event(ev exec.Event) {
+	v, ok := opVerb[ev.Op]
+	if !ok {
+		v = [2]string{string(ev.Op) + "...", string(ev.Op) + " complete"}
+	}
+	color := func(c, s string) string {
+		if !p.app.color() {
+			return s
+		}
+		return c + s + ansiReset
+	}
+	var line string
+	switch ev.Phase {
+	case "start":
+		line = fmt.Sprintf("%s: %s", color(ansiBold, ev.Addr), v[0])
+	case "done":
+		line = fmt.Sprintf("%s: %s after %s", color(ansiBold, ev.Addr), color(ansiGreen, v[1]), ev.Elapsed.Round(time.Millisecond))
+	case "failed":
+		line = fmt.Sprintf("%s: %s", color(ansiBold, ev.Addr), color(ansiRed, "failed: "+p.redactor.Redact(fmt.Sprint(ev.Err))))
+	default:
+		return
+	}
+	fmt.Fprintln(p.app.Env.Stdout, line)
+}
+
+// summary renders a run's result line.
+func runSummary(verb string, res *exec.Result) string {
+	if res == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d operation(s) done, %d unchanged, %d failed", verb, res.Done, res.Noop, len(res.Failed))
+	if res.Checkpoint.Records > 0 {
+		fmt.Fprintf(&b, " (%d checkpoint records in %d fsyncs, %d state saves)", res.Checkpoint.Records, res.Checkpoint.Syncs, res.StateSaves)
+	}
+	return b.String()
+}
+
+// renderRecovered reports what an automatic recovery did before the command.
+func (a *App) renderRecovered(rep *exec.RecoverReport) {
+	if rep == nil || rep.Nothing {
+		return
+	}
+	fmt.Fprintf(a.Env.Stdout, "Recovered the interrupted %s run %s first:\n", rep.Command, rep.Run)
+	for _, o := range rep.Ops {
+		fmt.Fprintf(a.Env.Stdout, "  %s %s (from %s): %s\n", o.Op, o.Addr, o.From, o.Outcome)
+	}
+}
+
+func openBackend(ctx context.Context, kind string, settings map[string]string) (backend.Backend, error) {
+	return backends.Open(ctx, kind, settings)
+}

@@ -1,0 +1,269 @@
+package config_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/handlers"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+func eval(t *testing.T, dir string, opts config.Options) (*config.Topology, hcl.Diagnostics) {
+	t.Helper()
+	m, src, diags := config.Load(dir)
+	if m == nil {
+		return nil, diags
+	}
+	if opts.Schemas == nil {
+		opts.Schemas = handlers.Builtin()
+	}
+	top, d := config.Evaluate(m, src, opts)
+	return top, append(diags, d...)
+}
+
+// formatDiags renders diagnostics one per line, with paths relative to base, sorted.
+func formatDiags(base string, ds hcl.Diagnostics) string {
+	var lines []string
+	for _, d := range ds {
+		where := "(no range)"
+		if d.Subject != nil {
+			rel, err := filepath.Rel(base, d.Subject.Filename)
+			if err != nil {
+				rel = d.Subject.Filename
+			}
+			where = fmt.Sprintf("%s:%d:%d", filepath.ToSlash(rel), d.Subject.Start.Line, d.Subject.Start.Column)
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s: %s", where, d.Summary, d.Detail))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// TestDiagnosticsGolden evaluates each testdata/diags/CASE and compares every diagnostic
+// (validate reports all at once) with CASE/want.txt. go test -update rewrites them.
+func TestDiagnosticsGolden(t *testing.T) {
+	cases, err := os.ReadDir("testdata/diags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.Name(), func(t *testing.T) {
+			dir := filepath.Join("testdata/diags", c.Name())
+			_, diags := eval(t, dir, config.Options{})
+			if !diags.HasErrors() {
+				t.Fatalf("got no errors, want some")
+			}
+			got := formatDiags(dir, diags)
+			golden := filepath.Join(dir, "want.txt")
+			if *update {
+				os.WriteFile(golden, []byte(got), 0o644)
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("diagnostics differ (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func write(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for n, b := range files {
+		p := filepath.Join(dir, n)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func addrsOf(top *config.Topology) []string {
+	var out []string
+	for _, r := range top.Resources {
+		out = append(out, r.Addr.String())
+	}
+	return out
+}
+
+func TestModulesForEachAndCountAddresses(t *testing.T) {
+	top, diags := eval(t, "../../examples/modules-foreach", config.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	want := []string{
+		`sysbox_node.jump`,
+		`module.segment["blue"].sysbox_firewall.target[0]`,
+		`module.segment["blue"].sysbox_network.net`,
+		`module.segment["blue"].sysbox_node.target[0]`,
+		`module.segment["red"].sysbox_firewall.target[0]`,
+		`module.segment["red"].sysbox_firewall.target[1]`,
+		`module.segment["red"].sysbox_network.net`,
+		`module.segment["red"].sysbox_node.target[0]`,
+		`module.segment["red"].sysbox_node.target[1]`,
+	}
+	if diff := cmp.Diff(want, addrsOf(top)); diff != "" {
+		t.Errorf("addresses (-want +got):\n%s", diff)
+	}
+	jump := top.Resources[0]
+	deps := fmt.Sprint(jump.DependsOn)
+	for _, d := range []string{`module.segment["red"].sysbox_network.net`, `module.segment["blue"].sysbox_network.net`} {
+		if !strings.Contains(deps, d) {
+			t.Errorf("jump depends on %s, want it to include %s", deps, d)
+		}
+	}
+	out := top.Outputs[0]
+	if got := out.Value.GetAttr("red").Index(cty.NumberIntVal(1)).AsString(); got != "198.18.1.11/24" {
+		t.Errorf("output targets.red[1]: got %s, want 198.18.1.11/24", got)
+	}
+}
+
+func TestVariablePrecedenceAndTypes(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": `
+variable "n" {
+  type    = number
+  default = 1
+}
+variable "names" {
+  type    = list(string)
+  default = []
+}
+resource "sysbox_node" "x" {
+  count = var.n
+  hostname = length(var.names) > 0 ? var.names[count.index] : "h${count.index}"
+}`})
+	vars := func(m map[string]config.InputValue) []string {
+		top, diags := eval(t, dir, config.Options{Inputs: m})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		return addrsOf(top)
+	}
+	if got := vars(nil); len(got) != 1 {
+		t.Errorf("default: got %v, want 1 instance", got)
+	}
+	env := config.EnvInputs([]string{"SYSBOX_VAR_n=3", "OTHER=1"})
+	if got := vars(env); len(got) != 3 {
+		t.Errorf("SYSBOX_VAR_n=3: got %v, want 3 instances", got)
+	}
+	_, flagVal, err := config.ParseVarFlag("n=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env["n"] = flagVal // -var overrides the environment (the CLI applies this order)
+	if got := vars(env); len(got) != 2 {
+		t.Errorf("-var n=2: got %v, want 2 instances", got)
+	}
+	_, list, _ := config.ParseVarFlag(`names=["a","b"]`)
+	top, diags := eval(t, dir, config.Options{Inputs: map[string]config.InputValue{"n": flagVal, "names": list}})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if h := top.Resources[1].Config.(handlers.NodeConfig).Hostname; h != "b" {
+		t.Errorf("hostname from list var: got %q, want b", h)
+	}
+	_, bad, _ := config.ParseVarFlag("n=abc")
+	if _, diags := eval(t, dir, config.Options{Inputs: map[string]config.InputValue{"n": bad}}); !diags.HasErrors() || !strings.Contains(diags.Error(), "-var n") {
+		t.Errorf("-var n=abc: got %v, want an error naming -var n", diags)
+	}
+	vf := filepath.Join(t.TempDir(), "x.sysbox.vars.hcl")
+	os.WriteFile(vf, []byte("n = 4\nnames = [\"p\", \"q\", \"r\", \"s\"]\n"), 0o644)
+	in, _, d := config.LoadVarFile(vf)
+	if d.HasErrors() {
+		t.Fatal(d)
+	}
+	if got := vars(in); len(got) != 4 {
+		t.Errorf("var file n=4: got %v", got)
+	}
+}
+
+func TestFunctions(t *testing.T) {
+	dir := write(t, map[string]string{
+		"main.sysbox.hcl": `
+locals {
+  net = "198.51.100.0/24"
+}
+resource "sysbox_node" "x" {
+  hostname = trimspace(file("name.txt"))
+  command  = [cidrhost(local.net, 5), cidrsubnet(local.net, 4, 2), cidrnetmask(local.net), format("%03d", 7), upper(join("-", ["a","b"]))]
+  environment = {
+    SECRET   = env("LAB_SECRET")
+    OPTIONAL = coalesce(env_optional("LAB_OPTIONAL"), "unset")
+    HOME2    = coalesce(env_optional("LAB_HOME"), "unset")
+  }
+}`,
+		"name.txt": "web01\n",
+	})
+	env := map[string]string{"LAB_SECRET": "value-never-read", "LAB_HOME": "/home/lab"}
+	top, diags := eval(t, dir, config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	c := top.Resources[0].Config.(handlers.NodeConfig)
+	if c.Hostname != "web01" {
+		t.Errorf("file(): got %q, want web01", c.Hostname)
+	}
+	want := []string{"198.51.100.5", "198.51.100.32/28", "255.255.255.0", "007", "A-B"}
+	if diff := cmp.Diff(want, c.Command); diff != "" {
+		t.Errorf("functions (-want +got):\n%s", diff)
+	}
+	if c.Environment["SECRET"] != "secret://env/LAB_SECRET" {
+		t.Errorf("env(): got %q, want the reference secret://env/LAB_SECRET", c.Environment["SECRET"])
+	}
+	if c.Environment["OPTIONAL"] != "unset" || c.Environment["HOME2"] != "/home/lab" {
+		t.Errorf("env_optional: got %v", c.Environment)
+	}
+	if len(top.SecretRefs) != 1 || top.SecretRefs[0].Name != "LAB_SECRET" {
+		t.Errorf("SecretRefs: got %v", top.SecretRefs)
+	}
+	if _, ok := top.EnvRead["LAB_SECRET"]; ok {
+		t.Error("env() read the secret's value")
+	}
+	d1 := top.InputDigest()
+	env["LAB_HOME"] = "/home/other"
+	top2, _ := eval(t, dir, config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if top2.InputDigest() == d1 {
+		t.Error("input digest ignores env_optional values")
+	}
+	env["LAB_SECRET"] = "another-value"
+	env["LAB_HOME"] = "/home/lab"
+	top3, _ := eval(t, dir, config.Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if top3.InputDigest() != d1 {
+		t.Error("input digest depends on a secret's value")
+	}
+}
+
+func TestSourcesDigestCoversEveryModuleFile(t *testing.T) {
+	dir := write(t, map[string]string{
+		"main.sysbox.hcl":    `module "m" { source = "./m" }`,
+		"m/m.sysbox.hcl":     `resource "sysbox_network" "n" { ipv4_cidr = "198.51.100.0/24" }`,
+		"m/ignored.txt":      "not a topology file",
+	})
+	_, src, diags := config.Load(dir)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	d1 := src.Digest()
+	os.WriteFile(filepath.Join(dir, "m/ignored.txt"), []byte("changed"), 0o644)
+	if _, src2, _ := config.Load(dir); src2.Digest() != d1 {
+		t.Error("digest changed with a non-topology file")
+	}
+	os.WriteFile(filepath.Join(dir, "m/m.sysbox.hcl"), []byte(`resource "sysbox_network" "n" { ipv4_cidr = "198.51.100.0/25" }`), 0o644)
+	if _, src3, _ := config.Load(dir); src3.Digest() == d1 {
+		t.Error("digest did not change with a module file")
+	}
+}

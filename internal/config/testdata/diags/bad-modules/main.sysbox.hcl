@@ -1,0 +1,6 @@
+module "reg" {
+  source = "hashicorp/consul/aws"
+}
+module "missing" {
+  source = "./does-not-exist"
+}
