@@ -249,9 +249,9 @@ resource "sysbox_node" "x" {
 
 func TestSourcesDigestCoversEveryModuleFile(t *testing.T) {
 	dir := write(t, map[string]string{
-		"main.sysbox.hcl":    `module "m" { source = "./m" }`,
-		"m/m.sysbox.hcl":     `resource "sysbox_network" "n" { ipv4_cidr = "198.51.100.0/24" }`,
-		"m/ignored.txt":      "not a topology file",
+		"main.sysbox.hcl": `module "m" { source = "./m" }`,
+		"m/m.sysbox.hcl":  `resource "sysbox_network" "n" { ipv4_cidr = "198.51.100.0/24" }`,
+		"m/ignored.txt":   "not a topology file",
 	})
 	_, src, diags := config.Load(dir)
 	if diags.HasErrors() {

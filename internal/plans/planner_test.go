@@ -301,9 +301,9 @@ func TestFromStateSeesPublicAttributesAndStatus(t *testing.T) {
 	st := states.New()
 	st.Lineage, st.Serial = "l-1", 3
 	st.Set(&states.Resource{Addr: addrs.MustParseInstance("sysbox_network.lan"), SchemaVersion: 1,
-		Attributes: []byte(`{"driver":"netns","ipv4_cidr":"198.51.100.0/24","mtu":1500}`),
+		Attributes:  []byte(`{"driver":"netns","ipv4_cidr":"198.51.100.0/24","mtu":1500}`),
 		Observation: states.Observation{Status: substrate.Drifted, Reason: "bridge mtu differs"},
-		Private: &substrate.Envelope{Driver: "netns", Version: 1, Data: []byte(`{"bridge":"private"}`)}})
+		Private:     &substrate.Envelope{Driver: "netns", Version: 1, Data: []byte(`{"bridge":"private"}`)}})
 	ps := plans.FromState(st)
 	if ps.Lineage() != "l-1" || ps.Serial() != 3 {
 		t.Fatalf("lineage/serial: got %s/%d", ps.Lineage(), ps.Serial())
