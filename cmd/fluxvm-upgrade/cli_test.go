@@ -74,8 +74,12 @@ func TestRunStatusAndExitCodes(t *testing.T) {
 	if _, err := os.Stat(w.state); err == nil {
 		t.Errorf("plan/probe created the state dir")
 	}
-	if r := w.run("", "run", w.plan); r.code != 0 {
+	r = w.run("", "run", w.plan)
+	if r.code != 0 {
 		t.Fatalf("run: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	if r.stderr != "" {
+		t.Errorf("run wrote to stderr although it is not a terminal (progress only on a TTY): %q", r.stderr)
 	}
 	w.checkConverged(upgrade.StateCommitted)
 	r = w.run("", "status", "--json", w.plan)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,7 +34,11 @@ func testBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "fluxvm-upgrade")
-		out, err := exec.Command("go", "build", "-tags", "fluxvmtest", "-o", binPath, ".").CombinedOutput()
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(gobin); err != nil {
+			gobin = "go"
+		}
+		out, err := exec.Command(gobin, "build", "-tags", "fluxvmtest", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
