@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"zyvor.dev/sysbox/fluxvm/evidence"
 	"zyvor.dev/sysbox/internal/argv"
 	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/testenv"
 )
 
 // rig is a transaction test bed: a fake map store, a fake hook runner whose hooks record their
@@ -752,5 +754,53 @@ func TestInterruptLeavesTransactionResumable(t *testing.T) {
 				t.Errorf("Resume: got %s %v, want %s", res.State, err, tc.wantState)
 			}
 		})
+	}
+}
+
+// TestRollbackRestoresOwnership needs root to hand a file to another owner.
+func TestRollbackRestoresOwnership(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := newRig(t, "a")
+	f := filepath.Join(r.dir, "owned.conf")
+	if err := os.WriteFile(f, []byte("old"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(f, 1234, 5678); err != nil {
+		t.Fatal(err)
+	}
+	r.files["a"] = []string{f}
+	r.effects["a/apply"] = func(argv.Cmd) error {
+		os.Remove(f)
+		if err := os.WriteFile(f, []byte("new"), 0o600); err != nil { // now root-owned
+			return err
+		}
+		return nil
+	}
+	r.effects["a/health"] = func(argv.Cmd) error { return errors.New("unhealthy") }
+	res, err := r.engine().Run(context.Background(), r.plan("tx"))
+	if err != nil || res.State != StateRolledBack {
+		t.Fatalf("Run: %v %v", res, err)
+	}
+	fi, err := os.Stat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if st.Uid != 1234 || st.Gid != 5678 || fi.Mode().Perm() != 0o640 {
+		t.Errorf("after rollback: got uid %d gid %d mode %v, want 1234 5678 -rw-r-----", st.Uid, st.Gid, fi.Mode().Perm())
+	}
+	if b, _ := os.ReadFile(f); string(b) != "old" {
+		t.Errorf("content: got %q, want old", b)
+	}
+}
+
+func TestSnapshotRefusesDirectory(t *testing.T) {
+	r := newRig(t, "a")
+	d := filepath.Join(r.dir, "adir")
+	os.Mkdir(d, 0o755)
+	r.files["a"] = []string{d}
+	p := r.plan("tx")
+	if rep := r.engine().Probe(context.Background(), p); rep.OK {
+		t.Errorf("probe: got OK for a directory in files[]")
 	}
 }
