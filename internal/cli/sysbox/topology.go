@@ -81,28 +81,58 @@ func (a *App) loadTopology(vf *varFlags) (*loaded, error) {
 	return l, nil
 }
 
-// printDiags renders diagnostics with source snippets.
+// printDiags renders diagnostics as FILE:LINE:COLUMN with the source line and a caret.
 func (a *App) printDiags(w io.Writer, l *loaded) {
 	if len(l.diags) == 0 {
 		return
 	}
-	files := map[string]*hcl.File{}
-	if l.sources != nil {
-		for n, b := range l.sources.Files {
-			files[n] = &hcl.File{Bytes: b}
+	paint := func(c, s string) string {
+		if !a.color() {
+			return s
 		}
+		return c + s + ansiReset
 	}
-	tw := hcl.NewDiagnosticTextWriter(w, files, 100, a.color())
-	_ = tw.WriteDiagnostics(l.diags)
 	errs, warns := 0, 0
 	for _, d := range l.diags {
+		label := paint(ansiRed+ansiBold, "Error")
 		if d.Severity == hcl.DiagError {
 			errs++
 		} else {
 			warns++
+			label = paint(ansiYellow+ansiBold, "Warning")
 		}
+		fmt.Fprintf(w, "%s: %s\n", label, d.Summary)
+		if r := d.Subject; r != nil {
+			fmt.Fprintf(w, "  --> %s:%d:%d\n", r.Filename, r.Start.Line, r.Start.Column)
+			if l.sources != nil {
+				if line, ok := sourceLine(l.sources.Files[r.Filename], r.Start.Line); ok {
+					width := 1
+					if r.End.Line == r.Start.Line && r.End.Column > r.Start.Column {
+						width = r.End.Column - r.Start.Column
+					}
+					fmt.Fprintf(w, "  %4d | %s\n", r.Start.Line, line)
+					fmt.Fprintf(w, "       | %s%s\n", strings.Repeat(" ", max(0, r.Start.Column-1)), strings.Repeat("^", width))
+				}
+			}
+		}
+		if d.Detail != "" {
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(d.Detail, "\n", "\n  "))
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "%d error(s), %d warning(s)\n", errs, warns)
+}
+
+// sourceLine returns line n (1-based) of b with tabs kept, for snippets.
+func sourceLine(b []byte, n int) (string, bool) {
+	if b == nil || n < 1 {
+		return "", false
+	}
+	lines := strings.Split(string(b), "\n")
+	if n > len(lines) {
+		return "", false
+	}
+	return strings.TrimRight(lines[n-1], "\r"), true
 }
 
 // jsonDiag is a diagnostic in --json output.

@@ -1,0 +1,104 @@
+package sysbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/states"
+)
+
+func init() { register(newDestroyCommand) }
+
+type destroyFlags struct {
+	run         runFlags
+	autoApprove bool
+	asJSON      bool
+}
+
+func newDestroyCommand(app *App) *cobra.Command {
+	var f destroyFlags
+	cmd := &cobra.Command{
+		Use:   "destroy",
+		Short: "Delete everything the topology owns, then audit for residue",
+		Long: `destroy plans the deletion of everything in state (lifecycle.prevent_destroy makes it fail
+before anything is touched), deletes in reverse dependency order — each driver re-checks the
+ownership markers of every object before deleting it and refuses on mismatch or incomplete
+evidence — and ends with a residue audit: every driver lists objects still carrying this
+topology's markers. Exit code 1 when anything is left.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return app.runDestroy(cmd.Context(), &f) },
+	}
+	addRunFlags(cmd, &f.run)
+	cmd.Flags().BoolVar(&f.autoApprove, "auto-approve", false, "destroy without asking for approval")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the residue audit as JSON")
+	return cmd
+}
+
+func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
+	rt, err := a.openRuntime(ctx, &f.run, false)
+	if err != nil {
+		return err
+	}
+	defer rt.close()
+	xp := &exec.Plan{}
+	xp.Prepare = func(ctx context.Context, st *states.State) ([]exec.Action, error) {
+		p, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: plans.FromState(st), Destroy: true})
+		if err != nil {
+			return nil, err
+		}
+		if err := p.Applicable(); err != nil {
+			return nil, err
+		}
+		xp.Fingerprint = p.Fingerprint.ActionsDigest
+		if !f.asJSON {
+			renderPlan(a.Env.Stdout, p, a.color())
+		}
+		if p.HasChanges() && !f.autoApprove {
+			if !a.confirm("Do you really want to destroy everything this topology owns? Only 'yes' will be accepted: ") {
+				return nil, fmt.Errorf("destroy cancelled; nothing was changed")
+			}
+		}
+		return exec.FromPlan(p, st)
+	}
+	res, residue, err := rt.ex.Destroy(ctx, xp)
+	a.renderRecovered(res.Recovered)
+	var re *exec.ResidueError
+	if f.asJSON {
+		type out struct {
+			Done    int    `json:"done"`
+			Failed  int    `json:"failed"`
+			Residue any    `json:"residue"`
+			Error   string `json:"error,omitempty"`
+		}
+		o := out{Done: res.Done, Failed: len(res.Failed), Residue: residue}
+		if residue == nil {
+			o.Residue = []any{}
+		}
+		if err != nil {
+			o.Error = err.Error()
+		}
+		if werr := writeJSON(a.Env.Stdout, o); werr != nil {
+			return werr
+		}
+		if err != nil {
+			return &silentExit{code: ExitError}
+		}
+		return nil
+	}
+	if s := runSummary("Destroy", res); s != "" && res.Done+len(res.Failed) > 0 {
+		fmt.Fprintln(a.Env.Stdout, s)
+	}
+	if errors.As(err, &re) {
+		fmt.Fprintln(a.Env.Stdout, re.Error())
+		return &silentExit{code: ExitError}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(a.Env.Stdout, "Destroy complete. Residue audit: no object carries this topology's markers.")
+	return nil
+}

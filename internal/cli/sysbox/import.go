@@ -1,0 +1,57 @@
+package sysbox
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"zyvor.dev/sysbox/internal/exec"
+)
+
+func init() { register(newImportCommand) }
+
+func newImportCommand(app *App) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "import ADDR EXTERNAL_ID",
+		Short: "Adopt an existing node into state",
+		Long: `import adopts the existing object EXTERNAL_ID as the configured node ADDR through its driver's
+import rule (each driver documents how it proves the object may be adopted; it then writes this
+topology's ownership markers on it). ADDR must be in the configuration and not yet in state.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			addr, err := parseAddrArg("address", args[0])
+			if err != nil {
+				return err
+			}
+			rt, err := app.openRuntime(cmd.Context(), &f, true)
+			if err != nil {
+				return err
+			}
+			defer rt.close()
+			desired, _, err := rt.desired(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var want *exec.Action
+			for i := range desired {
+				if desired[i].Addr.Equal(addr) {
+					want = &desired[i]
+				}
+			}
+			if want == nil {
+				return fmt.Errorf("import %s: not in the configuration; add the resource block first", addr)
+			}
+			if want.Kind != exec.KindNode {
+				return fmt.Errorf("import %s: only nodes can be imported", addr)
+			}
+			r, err := rt.ex.Import(cmd.Context(), addr, want.Driver, args[1], want.Attributes, want.SchemaVersion)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(app.Env.Stdout, "Imported %s as %s (driver %s, %d attachment(s)).\n", r.ExternalID, r.Addr, r.Driver, len(r.Attachments))
+			return nil
+		},
+	}
+	addRunFlags(cmd, &f)
+	return cmd
+}
