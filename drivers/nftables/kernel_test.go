@@ -190,6 +190,7 @@ func TestKernelQuickstartPolicies(t *testing.T) {
 		body, ok := e.fetch(client, tc.url)
 		if ok != tc.want || (ok && !strings.Contains(body, "hello from server")) {
 			t.Errorf("%s: got ok=%v body=%q, want ok=%v", tc.name, ok, body, tc.want)
+			diagnose(t, e, lan, dmz)
 		}
 	}
 	if res := e.run(client, e.busybox, "ping", "-c", "1", "-W", "1", "203.0.113.10"); res.ExitCode == 0 {
@@ -311,6 +312,18 @@ func tamper(t *testing.T, e *env, n *node, table string) {
 	}
 }
 
+// diagnose logs what the host side looked like when traffic failed (CI runs in parallel with
+// other tiers that touch the host's firewall).
+func diagnose(t *testing.T, e *env, nets ...substrate.Handle) {
+	for i, n := range nets {
+		addr := []string{"sysbox_network.lan", "sysbox_network.dmz"}[i%2]
+		obs, err := e.nodes.ObserveNetwork(context.Background(), n, e.owner("sysbox_network", addr))
+		t.Logf("diagnose: bridge %s: %s %s %v (%v)", n.ExternalID, obs.Status, obs.Reason, obs.Attributes, err)
+	}
+	rules, err := linuxnet.ForwardRules()
+	t.Logf("diagnose: sysbox forward rules on the host: %d (%v)", len(rules), err)
+}
+
 func lookNft() (string, error) {
 	for _, p := range []string{"/usr/sbin/nft", "/sbin/nft"} {
 		if _, err := os.Stat(p); err == nil {
@@ -319,5 +332,3 @@ func lookNft() (string, error) {
 	}
 	return "", os.ErrNotExist
 }
-
-var _ = linuxnet.Netns{}
