@@ -49,8 +49,9 @@ func (k kind) String() string {
 
 // syntaxError is malformed JSON at a byte offset.
 type syntaxError struct {
-	off int64
-	msg string
+	off  int64
+	path string // JSON path of the value being read, when known
+	msg  string
 }
 
 func (e *syntaxError) Error() string { return e.msg }
@@ -59,7 +60,7 @@ func (e *syntaxError) Error() string { return e.msg }
 func parseJSON(data []byte) (*node, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	n, err := parseValue(dec)
+	n, err := parseValue(dec, "$")
 	if err != nil {
 		return nil, err
 	}
@@ -69,27 +70,27 @@ func parseJSON(data []byte) (*node, error) {
 	return n, nil
 }
 
-func parseValue(dec *json.Decoder) (*node, error) {
+func parseValue(dec *json.Decoder, path string) (*node, error) {
 	off := dec.InputOffset()
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, wrapSyntax(dec, err)
+		return nil, wrapSyntax(dec, err, path)
 	}
-	return parseFrom(dec, tok, off)
+	return parseFrom(dec, tok, off, path)
 }
 
-func wrapSyntax(dec *json.Decoder, err error) error {
+func wrapSyntax(dec *json.Decoder, err error, path string) error {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return &syntaxError{off: se.Offset, msg: se.Error()}
+		return &syntaxError{off: se.Offset, path: path, msg: se.Error()}
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return &syntaxError{off: dec.InputOffset(), msg: "unexpected end of JSON input"}
+		return &syntaxError{off: dec.InputOffset(), path: path, msg: "unexpected end of JSON input"}
 	}
-	return &syntaxError{off: dec.InputOffset(), msg: err.Error()}
+	return &syntaxError{off: dec.InputOffset(), path: path, msg: err.Error()}
 }
 
-func parseFrom(dec *json.Decoder, tok json.Token, off int64) (*node, error) {
+func parseFrom(dec *json.Decoder, tok json.Token, off int64, path string) (*node, error) {
 	switch t := tok.(type) {
 	case nil:
 		return &node{kind: kindNull, off: off}, nil
@@ -104,14 +105,14 @@ func parseFrom(dec *json.Decoder, tok json.Token, off int64) (*node, error) {
 		case '[':
 			n := &node{kind: kindArray, off: off}
 			for dec.More() {
-				e, err := parseValue(dec)
+				e, err := parseValue(dec, fmt.Sprintf("%s[%d]", path, len(n.elems)))
 				if err != nil {
 					return nil, err
 				}
 				n.elems = append(n.elems, e)
 			}
 			if _, err := dec.Token(); err != nil {
-				return nil, wrapSyntax(dec, err)
+				return nil, wrapSyntax(dec, err, path)
 			}
 			return n, nil
 		case '{':
@@ -121,29 +122,29 @@ func parseFrom(dec *json.Decoder, tok json.Token, off int64) (*node, error) {
 				koff := dec.InputOffset()
 				kt, err := dec.Token()
 				if err != nil {
-					return nil, wrapSyntax(dec, err)
+					return nil, wrapSyntax(dec, err, path)
 				}
 				key, ok := kt.(string)
 				if !ok {
-					return nil, &syntaxError{off: koff, msg: "object key is not a string"}
+					return nil, &syntaxError{off: koff, path: path, msg: "object key is not a string"}
 				}
 				if seen[key] {
-					return nil, &syntaxError{off: koff, msg: fmt.Sprintf("duplicate object key %q", key)}
+					return nil, &syntaxError{off: koff, path: path + "." + key, msg: fmt.Sprintf("duplicate object key %q", key)}
 				}
 				seen[key] = true
-				v, err := parseValue(dec)
+				v, err := parseValue(dec, path+"."+key)
 				if err != nil {
 					return nil, err
 				}
 				n.fields = append(n.fields, field{key: key, off: koff, val: v})
 			}
 			if _, err := dec.Token(); err != nil {
-				return nil, wrapSyntax(dec, err)
+				return nil, wrapSyntax(dec, err, path)
 			}
 			return n, nil
 		}
 	}
-	return nil, &syntaxError{off: off, msg: fmt.Sprintf("unexpected token %v", tok)}
+	return nil, &syntaxError{off: off, path: path, msg: fmt.Sprintf("unexpected token %v", tok)}
 }
 
 // lineCol converts a byte offset into a 1-based line and column, skipping the whitespace the

@@ -160,11 +160,14 @@ func ParsePlan(file string, data []byte) (*Plan, error) {
 	root, err := parseJSON(data)
 	if err != nil {
 		var se *syntaxError
-		off := int64(0)
+		off, path := int64(0), "$"
 		if errors.As(err, &se) {
 			off = se.off
+			if se.path != "" {
+				path = se.path
+			}
 		}
-		d.addAt("$", off, "malformed JSON: %v", err)
+		d.addAt(path, off, "malformed JSON: %v", err)
 		return nil, d.err()
 	}
 	p := d.plan(root)

@@ -82,7 +82,7 @@ func TestParsePlanProblems(t *testing.T) {
 		{"malformed JSON", `{"transaction_id": "a",`, []string{"$"}, "malformed JSON"},
 		{"trailing data", goodPlan + "{}", []string{"$"}, "after the top-level value"},
 		{"not an object", `[1]`, []string{"$"}, "must be an object"},
-		{"duplicate key", `{"transaction_id":"a","transaction_id":"b","components":[]}`, []string{"$"}, "duplicate object key"},
+		{"duplicate key", `{"transaction_id":"a","transaction_id":"b","components":[]}`, []string{"$.transaction_id"}, "duplicate object key"},
 		{"unknown top-level field", mutate(t, `"state_dir"`, `"statedir"`), []string{"$.statedir"}, "unknown field"},
 		{"unknown component field", mutate(t, `"files":`, `"file":`), []string{"$.components[0].file"}, "unknown field"},
 		{"unknown map field", mutate(t, `"key_size": 4`, `"keysize": 4`), []string{"$.components[0].maps[0].keysize"}, "unknown field"},
