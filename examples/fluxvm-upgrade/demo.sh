@@ -22,10 +22,12 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run as root (BPF maps)"
-if ! command -v bpftool >/dev/null; then
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftool >/dev/null
+need=()
+command -v bpftool >/dev/null || need+=(bpftool)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
+if [ ${#need[@]} -gt 0 ]; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-command -v ssh-keygen >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 
 pins=(/sys/fs/bpf/fluxvm/demo_conntrack /sys/fs/bpf/fluxvm/demo_policy /sys/fs/bpf/fluxvm/demo_stats)
