@@ -130,6 +130,8 @@ func TestDaemonLifecycleWithLabels(t *testing.T) {
 		{"started again", func() error { return d.StartNode(ctx, h, spec) }, substrate.Present},
 		{"stopped", func() error { return d.StopNode(ctx, h, owner) }, substrate.Degraded},
 		{"restarted", func() error { return d.StartNode(ctx, h, spec) }, substrate.Present},
+		{"paused behind our back", func() error { return d.cli.ContainerPause(ctx, h.ExternalID) }, substrate.Degraded},
+		{"unpaused", func() error { return d.cli.ContainerUnpause(ctx, h.ExternalID) }, substrate.Present},
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {

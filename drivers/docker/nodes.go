@@ -234,6 +234,10 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		obs.Status, obs.Reason = substrate.Degraded, "container is not running"
 		return obs, nil
 	}
+	if ins.State.Paused || ins.State.Restarting {
+		obs.Status, obs.Reason = substrate.Degraded, "container is "+ins.State.Status
+		return obs, nil
+	}
 	nics, err := listMarkedLinks(ins.State.Pid)
 	if err != nil {
 		obs.Status, obs.Reason = substrate.Unknown, err.Error()
