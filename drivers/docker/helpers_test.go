@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/vishvananda/netlink"
 
@@ -93,7 +94,15 @@ func resolveTestImage(t *testing.T, d *Driver, kind, marker string) substrate.Ar
 		t.Fatalf("ResolveArtifact(%s): %v", kind, err)
 	}
 	t.Cleanup(func() {
-		_, _ = d.cli.ImageRemove(context.Background(), id.Ref, image.RemoveOptions{Force: true, PruneChildren: true})
+		ctx := context.Background()
+		// Containers still using the image (a failed test's) go first, or the removal fails.
+		users, _ := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", id.Ref))})
+		for _, c := range users {
+			_ = d.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		}
+		if _, err := d.cli.ImageRemove(ctx, id.Ref, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil {
+			t.Errorf("remove test image %s: %v", id.Ref, err)
+		}
 	})
 	return id
 }
@@ -106,7 +115,16 @@ func cleanupTopology(t *testing.T, d *Driver, topology string) {
 		ctx := context.Background()
 		list, _ := d.listOwned(ctx, topology, "")
 		for _, c := range list {
+			// Through the driver first (it also drops the NIC record), then by force.
+			if o, ok := ownerFromLabels(c.Labels); ok {
+				_ = d.DeleteNode(ctx, substrate.Handle{Driver: Name, ExternalID: c.ID}, o)
+			}
 			_ = d.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		}
+		if recs, err := d.sidecarResidue(topology); err == nil {
+			for _, r := range recs {
+				_ = os.Remove(r.ExternalID)
+			}
 		}
 		links, _ := hostMarkedLinks()
 		for _, l := range links {
