@@ -137,6 +137,9 @@ func hashFile(path string) (digest string, size int64, err error) {
 		return "", 0, fmt.Errorf("open archive: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		return "", 0, fmt.Errorf("source %s is a directory: the docker driver loads tarballs (tar it, e.g. tar -C DIR -cf rootfs.tar .)", path)
+	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
