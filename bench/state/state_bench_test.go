@@ -74,40 +74,47 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-type opened struct {
+type opener struct {
 	name string
-	b    backend.Backend
+	open func(b *testing.B) backend.Backend
 }
 
-func backends(b *testing.B) []opened {
+// backends lists the backends to measure; each open gives a fresh, empty state.
+func backends() []opener {
 	ctx := context.Background()
-	dir := b.TempDir()
-	lb, err := local.New(filepath.Join(dir, "s.sbxstate"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	sb, err := sqlite.New(ctx, filepath.Join(dir, "s.db"), "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := []opened{{"local", lb}, {"sqlite", sb}}
-	if dsn := os.Getenv("SYSBOX_TEST_PG_DSN"); dsn != "" {
-		name := fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano())
-		pb, err := postgres.New(ctx, dsn, name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			for _, t := range []string{"sysbox_states", "sysbox_state_snapshots", "sysbox_state_locks"} {
-				pb.DB().Exec(`DELETE FROM `+t+` WHERE name = $1`, name)
+	out := []opener{
+		{"local", func(b *testing.B) backend.Backend {
+			lb, err := local.New(filepath.Join(b.TempDir(), "s.sbxstate"))
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
-		out = append(out, opened{"postgres", pb})
-	} else {
-		b.Log("SYSBOX_TEST_PG_DSN unset: postgres not measured")
+			b.Cleanup(func() { lb.Close() })
+			return lb
+		}},
+		{"sqlite", func(b *testing.B) backend.Backend {
+			sb, err := sqlite.New(ctx, filepath.Join(b.TempDir(), "s.db"), "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { sb.Close() })
+			return sb
+		}},
 	}
-	for _, o := range out {
-		b.Cleanup(func() { o.b.Close() })
+	if dsn := os.Getenv("SYSBOX_TEST_PG_DSN"); dsn != "" {
+		out = append(out, opener{"postgres", func(b *testing.B) backend.Backend {
+			name := fmt.Sprintf("bench-%d-%d", os.Getpid(), time.Now().UnixNano())
+			pb, err := postgres.New(ctx, dsn, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				for _, t := range []string{"sysbox_states", "sysbox_state_snapshots", "sysbox_state_locks"} {
+					pb.DB().Exec(`DELETE FROM `+t+` WHERE name = $1`, name)
+				}
+				pb.Close()
+			})
+			return pb
+		}})
 	}
 	return out
 }
@@ -116,10 +123,11 @@ func backends(b *testing.B) []opened {
 // compare the stored serial, durable write) per backend.
 func BenchmarkSave(b *testing.B) {
 	ctx := context.Background()
-	for _, o := range backends(b) {
+	for _, o := range backends() {
 		b.Run(fmt.Sprintf("%s/%d", o.name, size), func(b *testing.B) {
+			be := o.open(b)
 			st := topology(size)
-			w := o.b.(backend.Writer)
+			w := be.(backend.Writer)
 			for b.Loop() {
 				prev := st.Serial
 				st.Serial++
@@ -134,15 +142,16 @@ func BenchmarkSave(b *testing.B) {
 // BenchmarkRead measures reading (and fully checking) a stored 10,000-resource state.
 func BenchmarkRead(b *testing.B) {
 	ctx := context.Background()
-	for _, o := range backends(b) {
+	for _, o := range backends() {
 		b.Run(fmt.Sprintf("%s/%d", o.name, size), func(b *testing.B) {
+			be := o.open(b)
 			st := topology(size)
 			st.Serial = 1
-			if err := o.b.(backend.Writer).Save(ctx, st, 0); err != nil {
+			if err := be.(backend.Writer).Save(ctx, st, 0); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				got, err := o.b.Read(ctx)
+				got, err := be.Read(ctx)
 				if err != nil || len(got.Resources) != size {
 					b.Fatalf("read: %v", err)
 				}
@@ -155,14 +164,15 @@ func BenchmarkRead(b *testing.B) {
 // CAS save, unlock.
 func BenchmarkManagerMutate(b *testing.B) {
 	ctx := context.Background()
-	for _, o := range backends(b) {
+	for _, o := range backends() {
 		b.Run(fmt.Sprintf("%s/%d", o.name, size), func(b *testing.B) {
+			be := o.open(b)
 			st := topology(size)
 			st.Serial = 1
-			if err := o.b.(backend.Writer).Save(ctx, st, 0); err != nil {
+			if err := be.(backend.Writer).Save(ctx, st, 0); err != nil {
 				b.Fatal(err)
 			}
-			m := backend.NewManager(o.b, backend.Options{})
+			m := backend.NewManager(be, backend.Options{})
 			for b.Loop() {
 				if _, err := m.Mutate(ctx, "bench", false, func(st *states.State) error {
 					st.Resources[0].UpdatedAt = time.Now()
