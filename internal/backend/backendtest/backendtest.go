@@ -25,6 +25,7 @@ import (
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/backend"
+	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -37,6 +38,9 @@ type Harness struct {
 	// Settings returns settings naming a fresh, empty state for one test.
 	Settings func(t *testing.T) map[string]string
 	Open     Opener
+	// WriteRaw replaces the stored state document with data, bypassing every check (to
+	// simulate a torn write, a bit flip, a newer sysbox, an old state without ownership).
+	WriteRaw func(t *testing.T, settings map[string]string, data []byte)
 }
 
 const (
@@ -83,6 +87,7 @@ func Run(t *testing.T, h Harness) {
 		{"Snapshots", testSnapshots},
 		{"Deletion", testDeletion},
 		{"ManagerTxn", testManager},
+		{"DamagedStateRefused", testDamaged},
 		{"ProcessLockHolder", testProcessLock},
 		{"ProcessCrashedHolder", testProcessCrash},
 		{"ProcessConcurrentCAS", testProcessCAS},
@@ -468,6 +473,56 @@ func testManager(t *testing.T, h Harness) {
 	}
 	if got := read(t, m.Backend()); got.Serial != 4 {
 		t.Fatalf("got serial %d after a failed Mutate, want 4", got.Serial)
+	}
+}
+
+func testDamaged(t *testing.T, h Harness) {
+	if h.WriteRaw == nil {
+		t.Fatalf("harness has no WriteRaw: every conformance backend must let the suite damage its stored document")
+	}
+	good := newState(2)
+	goodDoc := encode(t, good)
+	noOwner := good.Clone()
+	noOwner.Resources[0].Owner = substrate.Owner{}
+	noOwnerDoc := encode(t, noOwner)
+	tests := []struct {
+		name string
+		data string
+		is   error
+	}{
+		{"torn write", goodDoc[:len(goodDoc)*2/3], durable.ErrCorrupt},
+		{"bit flip", strings.Replace(goodDoc, "198.51.100.0/24", "198.51.100.8/24", 1), durable.ErrCorrupt},
+		{"newer format version", strings.Replace(goodDoc, `"format_version": 1`, `"format_version": 99`, 1), durable.ErrUnknownVersion},
+		{"missing ownership", noOwnerDoc, states.ErrIncompatible},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			b, s := fresh(t, h)
+			if err := writer(t, b).Save(ctx, good, 0); err != nil {
+				t.Fatal(err)
+			}
+			h.WriteRaw(t, s, []byte(tt.data))
+			if st, err := b.Read(ctx); st != nil || !errors.Is(err, tt.is) {
+				t.Fatalf("Read: got %v, %v; want nil and %v", st, err, tt.is)
+			}
+			m := backend.NewManager(b, backend.Options{})
+			if _, err := m.Mutate(ctx, "apply", true, func(*states.State) error {
+				t.Fatalf("a mutation reached a damaged state")
+				return nil
+			}); !errors.Is(err, tt.is) {
+				t.Fatalf("Mutate: got %v, want %v", err, tt.is)
+			}
+			if snaps, _ := b.(backend.Snapshotter).Snapshots(ctx); len(snaps) != 0 {
+				t.Fatalf("got %d snapshots, want none from a refused mutation", len(snaps))
+			}
+			// The refusal changed nothing: the lock is free again.
+			id, err := locker(t, b).Lock(ctx, backend.NewLockInfo("check"))
+			if err != nil {
+				t.Fatalf("lock after a refused mutation: %v", err)
+			}
+			locker(t, b).Unlock(ctx, id)
+		})
 	}
 }
 

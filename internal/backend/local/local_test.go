@@ -24,6 +24,11 @@ func TestConformance(t *testing.T) {
 			return map[string]string{"path": filepath.Join(t.TempDir(), "lab", "sysbox.sbxstate")}
 		},
 		Open: open,
+		WriteRaw: func(t *testing.T, settings map[string]string, data []byte) {
+			if err := os.WriteFile(settings["path"], data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 

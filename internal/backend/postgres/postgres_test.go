@@ -55,6 +55,16 @@ func TestConformance(t *testing.T) {
 			return map[string]string{"dsn": d, "name": name}
 		},
 		Open: open,
+		WriteRaw: func(t *testing.T, settings map[string]string, data []byte) {
+			b, err := Open(context.Background(), settings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if _, err := b.DB().Exec(`UPDATE sysbox_states SET data = $1 WHERE name = $2`, data, settings["name"]); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 

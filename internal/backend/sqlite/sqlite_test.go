@@ -26,6 +26,16 @@ func TestConformance(t *testing.T) {
 			return map[string]string{"path": filepath.Join(t.TempDir(), "state.db"), "name": "lab"}
 		},
 		Open: open,
+		WriteRaw: func(t *testing.T, settings map[string]string, data []byte) {
+			b, err := Open(context.Background(), settings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if _, err := b.DB().Exec(`UPDATE sysbox_states SET data = ? WHERE name = ?`, data, settings["name"]); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 
