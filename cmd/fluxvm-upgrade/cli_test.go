@@ -297,3 +297,48 @@ func TestSIGTERMLeavesTransactionRunning(t *testing.T) {
 	}
 	w.checkConverged(upgrade.StateCommitted)
 }
+
+// TestOrphanedHookBlocksRecovery: SIGKILL of the engine does not kill a hook running in its own
+// process group. Until that hook ends, resume/rollback/reconcile treat the transaction as locked.
+func TestOrphanedHookBlocksRecovery(t *testing.T) {
+	wait := filepath.Join(t.TempDir(), "release")
+	t.Cleanup(func() { os.WriteFile(wait, nil, 0o644) }) // never leave the hook looping
+	w := newWorldOpts(t, worldOpts{waitFile: wait})
+	cmd := exec.Command(w.bin, "run", w.plan)
+	cmd.Env = append(os.Environ(), "FLUXVM_UPGRADE_TEST_FAKE_BPF="+w.fake)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(string(mustRead(w.order)), "alpha/preflight") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("never reached preflight")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill() // the engine dies mid-hook; the hook lives on
+	cmd.Wait()
+	for _, args := range [][]string{{"resume", w.plan}, {"rollback", w.plan}} {
+		r := w.run("", args...)
+		if r.code != exitLocked || !strings.Contains(r.stderr, "still running") || !strings.Contains(r.stderr, "component alpha, step preflight") {
+			t.Errorf("%s beside an orphaned hook: exit %d, want %d: %s", args[0], r.code, exitLocked, r.stderr)
+		}
+	}
+	if r := w.run("", "reconcile", "--state-dir", w.state, "--stale-minutes", "0"); !strings.Contains(r.stdout, "skipped-locked") {
+		t.Errorf("reconcile beside an orphaned hook: %s", r.stdout)
+	}
+	os.WriteFile(wait, nil, 0o644)
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		r := w.run("", "resume", w.plan)
+		if r.code == 0 {
+			break
+		}
+		if r.code != exitLocked || time.Now().After(deadline) {
+			t.Fatalf("resume after the hook ended: exit %d: %s", r.code, r.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.checkConverged(upgrade.StateCommitted)
+}

@@ -10,7 +10,9 @@
 //   - The plan's identity is the SHA-256 of its RFC 8785-style canonical form, recorded in the
 //     journal's begin record; resume, rollback and reconcile refuse a plan whose hash differs.
 //   - One process drives a transaction at a time: a non-blocking flock on
-//     <state_dir>/<transaction_id>.lock (never unlinked), taken before the journal is read.
+//     <state_dir>/<transaction_id>.lock (never unlinked), taken before the journal is read. A
+//     hook left running by a killed earlier process (found through its FLUXVM_TRANSACTION_DIR)
+//     counts as holding the lock.
 //   - The journal (<tx>/journal.log) is an append-only log of versioned, checksummed records; a
 //     step is acknowledged only after its record is fsynced. A torn or corrupt journal is
 //     reported (ErrJournalCorrupt) and never acted on.

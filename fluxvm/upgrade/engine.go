@@ -116,6 +116,10 @@ func (e *Engine) open(p *Plan) (*tx, error) {
 		return nil, fmt.Errorf("transaction %s: %w", p.TransactionID, err)
 	}
 	t := &tx{e: e, plan: p, dir: TxDir(p), lock: lock}
+	if procs := liveHooks(t.dir); len(procs) > 0 {
+		lock.Unlock()
+		return nil, &HookStillRunningError{TransactionID: p.TransactionID, Procs: procs}
+	}
 	evs, err := ReadJournal(t.dir)
 	if err != nil {
 		lock.Unlock()
