@@ -16,6 +16,10 @@ type Options struct {
 	AllowUnsafe bool
 	// LockTimeout is how long Begin waits for a held lock (-lock-timeout); 0 fails at once.
 	LockTimeout time.Duration
+	// LeaseTTL, on a backend that declares leases, makes the lock expire LeaseTTL after its
+	// last renewal; the Manager renews it every LeaseTTL/3 while the operation runs, so a
+	// crashed holder blocks others for at most LeaseTTL. A lost lease fails every later save.
+	LeaseTTL time.Duration
 	// Require adds the handlers' identity requirements to the built-in ownership checks.
 	Require states.Requirement
 	// Now stamps snapshots and tool versions; time.Now when nil.
@@ -91,6 +95,7 @@ type Txn struct {
 	op      string
 	lockID  string
 	locked  bool
+	lease   *leaseKeeper
 	lineage string
 	serial  uint64
 	state   *states.State
@@ -105,11 +110,11 @@ func (m *Manager) Begin(ctx context.Context, operation string) (*Txn, error) {
 	}
 	t := &Txn{m: m, op: operation}
 	if l, ok := m.b.(Locker); ok && m.b.Describe().Capabilities.Has(Locking) {
-		id, err := LockWait(ctx, l, NewLockInfo(operation), m.opts.LockTimeout)
+		id, lease, err := m.lockFor(ctx, l, operation)
 		if err != nil {
 			return nil, fmt.Errorf("%s: lock state: %w", operation, err)
 		}
-		t.lockID, t.locked = id, true
+		t.lockID, t.locked, t.lease = id, true, lease
 	}
 	st, err := m.read(ctx)
 	if err != nil {
@@ -165,6 +170,9 @@ func (t *Txn) Save(ctx context.Context, st *states.State) error {
 	if err := states.Check(st, t.m.opts.Require); err != nil {
 		return fmt.Errorf("%s: save state: %w", t.op, err)
 	}
+	if err := t.lease.err(); err != nil {
+		return fmt.Errorf("%s: save state: %w", t.op, err)
+	}
 	prevSerial, prevTool := st.Serial, st.ToolVersion
 	st.Serial, st.ToolVersion = t.serial+1, states.ToolVersion()
 	if err := t.m.b.(Writer).Save(ctx, st, t.serial); err != nil {
@@ -182,6 +190,7 @@ func (t *Txn) Close(ctx context.Context) error {
 		return nil
 	}
 	t.locked, t.state = false, nil
+	t.lease.halt()
 	// Unlock even if ctx is already cancelled: leaving a lock behind is worse.
 	if err := t.m.b.(Locker).Unlock(context.WithoutCancel(ctx), t.lockID); err != nil {
 		return fmt.Errorf("%s: unlock state: %w", t.op, err)

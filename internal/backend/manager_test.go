@@ -11,6 +11,7 @@ import (
 	"zyvor.dev/sysbox/internal/backend"
 	"zyvor.dev/sysbox/internal/backend/backendtest"
 	"zyvor.dev/sysbox/internal/backend/local"
+	"zyvor.dev/sysbox/internal/backend/sqlite"
 	"zyvor.dev/sysbox/internal/states"
 )
 
@@ -180,4 +181,41 @@ func TestStoreAdapter(t *testing.T) {
 	if snaps, _ := b.Snapshots(ctx); len(snaps) != 1 || snaps[0].Serial != 1 {
 		t.Fatalf("got %+v, want one snapshot at serial 1", snaps)
 	}
+}
+
+func TestLeaseRenewedWhileHeldAndLostLeaseRefusesSave(t *testing.T) {
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "s.db")
+	open := func() backend.Backend {
+		b, err := sqlite.New(ctx, p, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	m := backend.NewManager(open(), backend.Options{LeaseTTL: 300 * time.Millisecond})
+	tx, err := m.Begin(ctx, "apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := open()
+	time.Sleep(time.Second) // > 3 TTLs: only renewal keeps it held
+	if _, err := other.(backend.Locker).Lock(ctx, backend.NewLockInfo("destroy")); !errors.Is(err, backend.ErrLocked) {
+		t.Fatalf("lease held and renewed: got %v, want ErrLocked", err)
+	}
+	st := tx.State()
+	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
+	if err := tx.Save(ctx, st); err != nil {
+		t.Fatalf("save under a renewed lease: %v", err)
+	}
+	// The operator force-unlocks it: the renewal notices, and the next save is refused.
+	if err := backend.NewManager(other, backend.Options{}).ForceUnlock(ctx, tx.LockID()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if err := tx.Save(ctx, st); !errors.Is(err, backend.ErrLockID) || !strings.Contains(err.Error(), "lease") {
+		t.Fatalf("save after the lease was lost: got %v, want a lost-lease error", err)
+	}
+	tx.Close(ctx)
 }

@@ -18,6 +18,7 @@ type Store struct {
 	mu     sync.Mutex
 	lockID string
 	locked bool
+	lease  *leaseKeeper
 }
 
 // Store returns the executor-facing adapter of m.
@@ -38,18 +39,21 @@ func (s *Store) Lock(ctx context.Context, operation string) (func() error, error
 	if s.locked {
 		return nil, fmt.Errorf("%s: this store already holds lock %s", operation, s.lockID)
 	}
-	id, err := LockWait(ctx, l, NewLockInfo(operation), s.m.opts.LockTimeout)
+	id, lease, err := s.m.lockFor(ctx, l, operation)
 	if err != nil {
 		return nil, fmt.Errorf("%s: lock state: %w", operation, err)
 	}
-	s.lockID, s.locked = id, true
+	s.lockID, s.locked, s.lease = id, true, lease
 	var once sync.Once
 	var uerr error
 	return func() error {
 		once.Do(func() {
 			s.mu.Lock()
 			s.locked = false
+			lease := s.lease
+			s.lease = nil
 			s.mu.Unlock()
+			lease.halt()
 			uerr = l.Unlock(context.WithoutCancel(ctx), id)
 		})
 		return uerr
@@ -65,10 +69,13 @@ func (s *Store) Save(ctx context.Context, st *states.State, expectSerial uint64)
 	d := s.m.b.Describe()
 	if d.Capabilities.Has(Locking) {
 		s.mu.Lock()
-		locked := s.locked
+		locked, lease := s.locked, s.lease
 		s.mu.Unlock()
 		if !locked {
 			return fmt.Errorf("save state: the state lock is not held (call Lock first)")
+		}
+		if err := lease.err(); err != nil {
+			return fmt.Errorf("save state: %w", err)
 		}
 	}
 	if err := s.m.CheckMutable(); err != nil {
