@@ -263,7 +263,7 @@ func QuiesceVeth(ctx context.Context, hostName string, owner substrate.Owner) er
 
 // HostLinksOf lists host-namespace links whose alias carries exactly owner's marker.
 func HostLinksOf(owner substrate.Owner) ([]string, error) {
-	links, err := netlink.LinkList()
+	links, err := LinkList(nil)
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
@@ -280,7 +280,7 @@ func HostLinksOf(owner substrate.Owner) ([]string, error) {
 // HostResidue lists host-namespace links and forward-accept rules that carry a marker of the
 // given topology.
 func HostResidue(ctx context.Context, topology string) ([]substrate.Object, error) {
-	links, err := netlink.LinkList()
+	links, err := LinkList(nil)
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w: %w", driver.ErrUnavailable, err)
 	}

@@ -65,7 +65,7 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 	out := substrate.ImportedNode{Handle: substrate.Handle{Driver: Name, ExternalID: externalID, Private: encode(private{Kind: kindNode, Netns: externalID, NsInode: ino})}}
 
 	// Attachments: re-mark both veth ends of the previous generation's marker.
-	links, err := nh.LinkList()
+	links, err := linuxnet.LinkList(nh)
 	if err != nil {
 		return substrate.ImportedNode{}, fmt.Errorf("%s: list links: %w", where, err)
 	}

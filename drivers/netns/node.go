@@ -290,3 +290,17 @@ func (d *Driver) removeFiles(name string) {
 	_ = os.Remove(d.sidecarPath(name))
 	_ = os.Remove(d.logPath(name))
 }
+
+// HandleFor rebuilds the handle of an existing namespace named name (for audits and scrubbing
+// residue the state no longer knows); it records the namespace's current inode.
+func (d *Driver) HandleFor(name string) (substrate.Handle, error) {
+	path := d.nsPath(name)
+	if !isNetnsMount(path) {
+		return substrate.Handle{}, fmt.Errorf("netns %s: %w", name, driver.ErrNotFound)
+	}
+	ino, err := nsInode(path)
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("netns %s: %w", name, err)
+	}
+	return substrate.Handle{Driver: Name, ExternalID: name, Private: encode(private{Kind: kindNode, Netns: name, NsInode: ino})}, nil
+}

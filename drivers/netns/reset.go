@@ -53,7 +53,7 @@ func quiesceInside(ns linuxnet.Netns) error {
 		return err
 	}
 	defer nh.Close()
-	links, err := nh.LinkList()
+	links, err := linuxnet.LinkList(nh)
 	if err != nil {
 		return fmt.Errorf("netns %s: list links: %w", ns, err)
 	}

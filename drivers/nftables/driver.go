@@ -283,7 +283,7 @@ func devices(ns linuxnet.Netns, atts []substrate.AttachmentState) (map[string]st
 		return nil, err
 	}
 	defer nh.Close()
-	links, err := nh.LinkList()
+	links, err := linuxnet.LinkList(nh)
 	if err != nil {
 		return nil, fmt.Errorf("netns %s: list links: %w", ns, err)
 	}
