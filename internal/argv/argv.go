@@ -100,8 +100,10 @@ func (Exec) Run(ctx context.Context, cmd Cmd) (Result, error) {
 		return Result{ExitCode: -1, Duration: time.Since(start)}, fmt.Errorf("run %s: %w", Quote(cmd.Argv), err)
 	}
 	done := make(chan struct{})
+	watcherDone := make(chan struct{})
 	var timedOut bool
 	go func() {
+		defer close(watcherDone)
 		select {
 		case <-ctx.Done():
 			timedOut = true
@@ -112,6 +114,7 @@ func (Exec) Run(ctx context.Context, cmd Cmd) (Result, error) {
 	}()
 	waitErr := c.Wait()
 	close(done)
+	<-watcherDone // timedOut is written by the watcher: wait for it before reading (race detector)
 	res := Result{
 		ExitCode:  c.ProcessState.ExitCode(),
 		Stdout:    stdout.Bytes(),
