@@ -139,14 +139,16 @@ func unknown(id string, err error) substrate.Observation {
 }
 
 // NodeNetns returns the running container's network namespace (/proc/PID/ns/net), so that the
-// nftables policy driver can act inside it (linuxnet.NamespaceResolver).
+// nftables policy driver can act inside it (linuxnet.NamespaceResolver). A container that is gone
+// or not running has no namespace: ErrNotFound (so its policy is absent, not unknown); an
+// unreachable daemon is ErrUnavailable.
 func (d *Driver) NodeNetns(ctx context.Context, node substrate.Handle) (linuxnet.Netns, error) {
 	ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
 	if err != nil {
 		return linuxnet.Netns{}, apiErr("network namespace of container "+short(node.ExternalID), err)
 	}
 	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
-		return linuxnet.Netns{}, fmt.Errorf("network namespace of container %s: not running, so it has none", short(ins.ID))
+		return linuxnet.Netns{}, fmt.Errorf("network namespace of container %s: not running, so it has none: %w", short(ins.ID), driver.ErrNotFound)
 	}
 	return linuxnet.PidNetns(ins.State.Pid), nil
 }
