@@ -25,8 +25,21 @@ import (
 // pinned now is not the map the snapshot came from).
 const DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
 
-// DefaultBatchEntries is how many entries one batch syscall moves.
+// DefaultBatchEntries is how many entries one batch syscall moves, at most.
 const DefaultBatchEntries = 1 << 16
+
+// maxBatchBytes caps the keys+values one batch moves, so that maps with large values do not
+// allocate huge buffers per batch.
+const maxBatchBytes = 8 << 20
+
+// batchFor is the number of entries of ks+vs bytes one batch moves.
+func (s *KernelStore) batchFor(ks, vs int) int {
+	b := s.batch
+	if lim := maxBatchBytes / max(ks+vs, 1); lim < b {
+		b = max(lim, 1)
+	}
+	return b
+}
 
 // KernelStore is the real Store: it opens declared pins with cilium/ebpf and moves entries with
 // BPF_MAP_*_BATCH, falling back to per-entry syscalls where the map type has no batch support.
@@ -539,7 +552,7 @@ func (s *KernelStore) dump(ctx context.Context, m *ebpf.Map, keep bool, progress
 			return nil, "", err
 		}
 	}
-	batch := s.batch
+	batch := s.batchFor(ks, vs)
 	if me := int(m.MaxEntries()); me > 0 && me < batch {
 		batch = me
 	}
@@ -604,19 +617,20 @@ func (s *KernelStore) iterate(ctx context.Context, m *ebpf.Map, keep bool, progr
 			kb, vb = nil, nil
 		}
 	}
+	batch := s.batchFor(ks, vs)
 	it := m.Iterate()
 	var seen int64
 	for it.Next(k, v) {
 		seen++
 		if keep {
 			kb, vb = append(kb, k...), append(vb, v...)
-			if len(kb) >= s.batch*ks {
+			if len(kb) >= batch*ks {
 				flush()
 			}
 		} else {
 			out.n++
 		}
-		if seen%int64(s.batch) == 0 {
+		if seen%int64(batch) == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, "", err
 			}
@@ -638,7 +652,8 @@ func (s *KernelStore) iterate(ctx context.Context, m *ebpf.Map, keep bool, progr
 // update writes n packed entries in batches, falling back to one update per entry where the map
 // type has no batch update. It returns how many entries were written.
 func (s *KernelStore) update(ctx context.Context, m *ebpf.Map, keys, vals []byte, ks, vs int, n int64, progress Progress) (int64, error) {
-	if w := s.workers(m); w > 1 && n >= int64(2*s.batch) {
+	batch := int64(s.batchFor(ks, vs))
+	if w := s.workers(m); w > 1 && n >= 2*batch {
 		done, err := s.updateParallel(ctx, m, keys, vals, ks, vs, n, w, progress)
 		if err == nil || done > 0 || !errors.Is(err, ebpf.ErrNotSupported) {
 			return done, err
@@ -650,7 +665,7 @@ func (s *KernelStore) update(ctx context.Context, m *ebpf.Map, keys, vals []byte
 		if err := ctx.Err(); err != nil {
 			return done, fmt.Errorf("wrote %d of %d entries: %w", done, n, err)
 		}
-		c := min(int64(s.batch), n-done)
+		c := min(batch, n-done)
 		kb := keys[done*int64(ks) : (done+c)*int64(ks)]
 		vb := vals[done*int64(vs) : (done+c)*int64(vs)]
 		w, err := 0, error(ebpf.ErrNotSupported)
@@ -682,12 +697,13 @@ func (s *KernelStore) update(ctx context.Context, m *ebpf.Map, keys, vals []byte
 // evicted) is skipped. It returns how many keys this call deleted.
 func (s *KernelStore) deleteKeys(ctx context.Context, m *ebpf.Map, keys [][]byte, ks int) (int64, error) {
 	var deleted int64
-	buf := make([]byte, 0, min(len(keys), s.batch)*ks)
+	batch := s.batchFor(ks, 0)
+	buf := make([]byte, 0, min(len(keys), batch)*ks)
 	for start := 0; start < len(keys); {
 		if err := ctx.Err(); err != nil {
 			return deleted, err
 		}
-		end := min(start+s.batch, len(keys))
+		end := min(start+batch, len(keys))
 		buf = buf[:0]
 		for _, k := range keys[start:end] {
 			buf = append(buf, k...)

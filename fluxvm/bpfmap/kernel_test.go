@@ -477,6 +477,26 @@ func TestKernelOtherMapTypes(t *testing.T) {
 		}
 	})
 
+	t.Run("large values use smaller batches", func(t *testing.T) {
+		// 64 KiB values: a batch is capped by bytes (maxBatchBytes), so this takes several
+		// batches and the parallel path, with the default store.
+		big := NewStore()
+		if got := big.batchFor(8, 65536); got >= 512 {
+			t.Fatalf("batchFor(8, 65536) = %d, want fewer than 512 entries", got)
+		}
+		h.run("create", "-replace", "-value", "65536", "-max", "512", "-fill", "300", "-seed", "12")
+		snap := filepath.Join(dir, "big.snap")
+		si, err := big.Snapshot(ctx, base, snap, nil)
+		if err != nil || si.Entries != 300 {
+			t.Fatalf("Snapshot = %d entries, %v; want 300", si.Entries, err)
+		}
+		h.run("create", "-replace", "-value", "65536", "-max", "512")
+		if rep, err := big.Restore(ctx, base, snap, nil); err != nil || rep.Written != 300 {
+			t.Fatalf("Restore = %+v, %v; want 300 written", rep, err)
+		}
+		checkEntries(t, "large values", dumpPin(t, pin), want(ebpf.Hash, 8, 65536, span{0, 300, 12}))
+	})
+
 	t.Run("hash without batch support", func(t *testing.T) {
 		// Behave as on a kernel without BPF_MAP_*_BATCH: every path falls back to per-entry
 		// syscalls and must give the same result.

@@ -88,7 +88,7 @@ func (s *KernelStore) workers(m *ebpf.Map) int {
 		return 1
 	}
 	w := s.parallel
-	if n := int(m.MaxEntries()) / s.batch; n < w {
+	if n := int(m.MaxEntries()) / s.batchFor(int(m.KeySize()), int(m.ValueSize())); n < w {
 		w = n
 	}
 	return max(w, 1)
@@ -117,7 +117,7 @@ func (s *KernelStore) dumpParallel(ctx context.Context, m *ebpf.Map, w int, prog
 		go func(seg *segment, start, end uint64, last bool) {
 			defer wg.Done()
 			cursor := uint32(start)
-			batch := s.batch
+			batch := s.batchFor(ks, vs)
 			var kb, vb []byte
 			for {
 				if err := ctx.Err(); err != nil {
@@ -247,7 +247,7 @@ func (s *KernelStore) updateParallel(ctx context.Context, m *ebpf.Map, keys, val
 					mu.Unlock()
 					return
 				}
-				c := min(int64(s.batch), hi-off)
+				c := min(int64(s.batchFor(ks, vs)), hi-off)
 				wn, err := m.BatchUpdate(rows(keys[off*int64(ks):(off+c)*int64(ks)], ks),
 					rows(vals[off*int64(vs):(off+c)*int64(vs)], vs), nil)
 				mu.Lock()
