@@ -394,16 +394,37 @@ manual-intervention (exit 7). Refuses (exit 5) a modified plan and (exit 11) a c
 
 func (a *app) statusCmd() *cobra.Command {
 	var jsonOut bool
-	var dir string
+	var dir, stateDir string
 	c := &cobra.Command{
-		Use:   "status [PLAN | --dir TRANSACTION_DIR]",
+		Use:   "status [PLAN | --dir TRANSACTION_DIR | --state-dir DIR]",
 		Short: "Show a transaction's state and every step with outcome and UTC timestamps",
 		Long: `status reads the transaction's journal (never taking the lock) and prints its state
 (running, committed, rolled-back, manual-intervention), phase and every step with outcome and
-RFC 3339 UTC timestamps. --json prints one object. Exit code 0 for any readable transaction,
-10 for a corrupt journal, 11 when there is none.`,
+RFC 3339 UTC timestamps. --json prints one object. With --state-dir alone it lists every
+transaction there, one line each. Exit code 0 for any readable transaction, 10 for a corrupt
+journal, 11 when there is none.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if stateDir != "" {
+				if dir != "" || len(args) > 0 {
+					return usageError{errors.New("status takes one of PLAN, --dir or --state-dir")}
+				}
+				list, err := upgrade.ListStatus(stateDir)
+				if err != nil {
+					return err
+				}
+				if jsonOut {
+					return a.writeJSON(list)
+				}
+				for _, s := range list {
+					if s.Error != "" {
+						fmt.Fprintf(a.stdout, "%-32s ERROR  %s\n", s.TransactionID, s.Error)
+						continue
+					}
+					fmt.Fprintf(a.stdout, "%-32s %-20s %s  %s\n", s.TransactionID, s.State, s.UpdatedAt, s.Reason)
+				}
+				return nil
+			}
 			switch {
 			case dir == "" && len(args) == 1:
 				p, err := a.loadPlan(args[0], jsonOut)
@@ -428,6 +449,7 @@ RFC 3339 UTC timestamps. --json prints one object. Exit code 0 for any readable 
 	}
 	c.Flags().BoolVar(&jsonOut, "json", false, "print the status as one JSON object")
 	c.Flags().StringVar(&dir, "dir", "", "transaction directory (instead of PLAN)")
+	c.Flags().StringVar(&stateDir, "state-dir", "", "list every transaction in this state directory")
 	return c
 }
 

@@ -99,6 +99,10 @@ func TestRunStatusAndExitCodes(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "COMMITTED") || !strings.Contains(r.stdout, "done     apply   ") {
 		t.Errorf("status (human): exit %d:\n%s", r.code, r.stdout)
 	}
+	r = w.run("", "status", "--state-dir", w.state)
+	if r.code != 0 || !strings.Contains(r.stdout, "crash-tx") || !strings.Contains(r.stdout, "committed") {
+		t.Errorf("status --state-dir: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
 	if r := w.run("", "run", w.plan); r.code != exitTxState {
 		t.Errorf("second run: got exit %d, want %d", r.code, exitTxState)
 	}

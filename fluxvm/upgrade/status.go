@@ -145,3 +145,43 @@ func ReadStatus(txDir string) (*Status, error) {
 	s.Evidence = &EvidenceStatus{Manifest: manErr == nil, Signature: sigErr == nil}
 	return s, nil
 }
+
+// Summary is one line of a state directory listing.
+type Summary struct {
+	TransactionID string `json:"transaction_id"`
+	State         string `json:"state,omitempty"`
+	Phase         string `json:"phase,omitempty"`
+	UpdatedAt     string `json:"updated_at,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	Error         string `json:"error,omitempty"` // e.g. a corrupt journal
+}
+
+// ListStatus summarizes every transaction directory under stateDir, sorted by id.
+func ListStatus(stateDir string) ([]Summary, error) {
+	ents, err := os.ReadDir(stateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []Summary{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", stateDir, err)
+	}
+	out := []Summary{}
+	for _, de := range ents {
+		if !de.IsDir() || ValidTransactionID(de.Name()) != nil {
+			continue
+		}
+		dir := filepath.Join(stateDir, de.Name())
+		if _, err := os.Stat(filepath.Join(dir, JournalFile)); err != nil {
+			continue
+		}
+		s := Summary{TransactionID: de.Name()}
+		st, err := ReadStatus(dir)
+		if err != nil {
+			s.Error = err.Error()
+		} else {
+			s.State, s.Phase, s.UpdatedAt, s.Reason = st.State, st.Phase, st.UpdatedAt, st.Reason
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
