@@ -247,9 +247,19 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 			destructive = true
 		}
 	}
-	if work == 0 && outputs == nil {
-		res.Noop = len(actions)
-		return res, nil
+	if work == 0 {
+		same := outputs == nil
+		if outputs != nil {
+			out, err := outputs(s.st)
+			if err != nil {
+				return res, fmt.Errorf("outputs: %w", err)
+			}
+			same = equalOutputs(out, s.st.Outputs)
+		}
+		if same {
+			res.Noop = len(actions)
+			return res, nil
+		}
 	}
 	if destructive && s.st.Serial > 0 {
 		if err := e.State.Snapshot(ctx, "before "+command); err != nil {
@@ -702,4 +712,17 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+func equalOutputs(a, b map[string]states.Output) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || string(v.Value) != string(w.Value) {
+			return false
+		}
+	}
+	return true
 }
