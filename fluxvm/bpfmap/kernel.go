@@ -172,7 +172,32 @@ func liveInfo(m *ebpf.Map) (Info, ebpf.MapType, string, error) {
 		Entries: -1,
 		Generic: genericMapType(mi.Type),
 	}
+	if !info.Generic {
+		info.NonGeneric = fmt.Sprintf("map type %s is not a plain byte-array encoding", mi.Type)
+	} else {
+		special, err := valueSpecialField(m)
+		if err != nil {
+			// Fail closed: a value type we cannot inspect might hold kernel state.
+			return info, mi.Type, mi.Name, fmt.Errorf("inspect value type: %w", err)
+		}
+		if special != "" {
+			info.Generic = false
+			info.NonGeneric = "value field " + special + " holds kernel state that user space cannot copy"
+		}
+	}
 	return info, mi.Type, mi.Name, nil
+}
+
+// checkInfoPolicy is checkPolicy for a live map, which may also be non-generic because of what
+// its values hold.
+func checkInfoPolicy(info Info, t ebpf.MapType, p Policy) error {
+	if err := checkPolicy(t, p); err != nil {
+		return err
+	}
+	if p != MetadataOnly && !info.Generic {
+		return fmt.Errorf("policy %s on a %s map: %s: %w (or declare it metadata-only)", p, t, info.NonGeneric, ErrNotGeneric)
+	}
+	return nil
 }
 
 // checkDeclaredABI compares a declared ABI with a live map and reports every difference at once.
@@ -248,7 +273,7 @@ func (s *KernelStore) Probe(ctx context.Context, spec Spec) (Info, error) {
 	if err := checkDeclaredABI(spec.Declared, info, true); err != nil {
 		return info, fmt.Errorf("%s: pin %s: %w", where(spec), spec.Pin, err)
 	}
-	if err := checkPolicy(t, spec.Policy); err != nil {
+	if err := checkInfoPolicy(info, t, spec.Policy); err != nil {
 		return info, fmt.Errorf("%s: %w", where(spec), err)
 	}
 	return info, nil
@@ -282,7 +307,7 @@ func (s *KernelStore) Snapshot(ctx context.Context, spec Spec, path string, prog
 	if err := checkDeclaredABI(spec.Declared, info, true); err != nil {
 		return fail(fmt.Errorf("pin %s: %w", spec.Pin, err))
 	}
-	if err := checkPolicy(t, spec.Policy); err != nil {
+	if err := checkInfoPolicy(info, t, spec.Policy); err != nil {
 		return fail(err)
 	}
 
@@ -391,7 +416,7 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 	if err := checkDeclaredABI(spec.Declared, target, false); err != nil {
 		return fail(fmt.Errorf("pin %s: %w", spec.Pin, err))
 	}
-	if err := checkPolicy(t, spec.Policy); err != nil {
+	if err := checkInfoPolicy(target, t, spec.Policy); err != nil {
 		return fail(err)
 	}
 	if !h.Recorded {

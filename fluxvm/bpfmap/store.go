@@ -42,6 +42,9 @@ type Info struct {
 	// Generic is false for per-CPU, map-in-map, prog-array and other encodings that are never
 	// restored generically (F11).
 	Generic bool   `json:"generic"`
+	// NonGeneric says why Generic is false (the map type, or a value field that holds kernel
+	// state such as a bpf_timer or a kptr).
+	NonGeneric string `json:"non_generic,omitempty"`
 	BootID  string `json:"boot_id,omitempty"`
 }
 
