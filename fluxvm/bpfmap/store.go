@@ -41,11 +41,11 @@ type Info struct {
 	Entries int64  `json:"entries"` // -1 when not counted
 	// Generic is false for per-CPU, map-in-map, prog-array and other encodings that are never
 	// restored generically (F11).
-	Generic bool   `json:"generic"`
+	Generic bool `json:"generic"`
 	// NonGeneric says why Generic is false (the map type, or a value field that holds kernel
 	// state such as a bpf_timer or a kptr).
 	NonGeneric string `json:"non_generic,omitempty"`
-	BootID  string `json:"boot_id,omitempty"`
+	BootID     string `json:"boot_id,omitempty"`
 }
 
 // SnapshotInfo describes a snapshot file written by Snapshot.
