@@ -48,5 +48,7 @@
 // Per-CPU values, map-in-map, program/socket/device arrays, queues, ring buffers and storage
 // maps are recorded as metadata (with a key count where the map can be iterated) and never
 // restored generically; CheckPolicy refuses merge/replace for them at validate and probe time,
-// pointing to component-specific migration hooks.
+// pointing to component-specific migration hooks. The same holds for a Hash/Array/LRU/LPM map
+// whose BTF value type holds kernel state user space cannot copy (bpf_timer, kptr, list or
+// rbtree heads/nodes, refcount): Info.Generic is false and Info.NonGeneric names the field.
 package bpfmap
