@@ -43,15 +43,17 @@ func NewManager(b Backend, opts Options) *Manager {
 // Backend returns the backend the manager uses.
 func (m *Manager) Backend() Backend { return m.b }
 
-// Read returns the stored state without locking (for read-only commands), or an empty state
-// with a fresh lineage and serial 0 when nothing is stored.
+// Read returns the stored state without locking (for read-only commands). When nothing is
+// stored it returns an empty state with serial 0 and NO lineage: a lineage exists only once a
+// state is saved (Begin creates it), so a plan made against "nothing" binds lineage "" — the
+// same as plans.FromState(nil).
 func (m *Manager) Read(ctx context.Context) (*states.State, error) {
 	st, err := m.read(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if st == nil {
-		st = states.New()
+		st = &states.State{Outputs: map[string]states.Output{}}
 	}
 	return st, nil
 }

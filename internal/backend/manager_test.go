@@ -219,3 +219,20 @@ func TestLeaseRenewedWhileHeldAndLostLeaseRefusesSave(t *testing.T) {
 	}
 	tx.Close(ctx)
 }
+
+func TestReadOfNothingHasNoLineage(t *testing.T) {
+	ctx := context.Background()
+	m := backend.NewManager(newLocal(t), backend.Options{})
+	st, err := m.Read(ctx)
+	if err != nil || st == nil || st.Lineage != "" || st.Serial != 0 || st.Outputs == nil || len(st.Resources) != 0 {
+		t.Fatalf("got %+v %v, want an empty state without lineage", st, err)
+	}
+	tx, err := m.Begin(ctx, "apply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close(ctx)
+	if tx.State().Lineage == "" {
+		t.Fatalf("Begin on nothing: got no lineage, want a fresh one to save under")
+	}
+}
