@@ -86,27 +86,31 @@ func wireVeth(pid int, v vethSpec) error {
 	if _, ok := br.(*netlink.Bridge); !ok {
 		return fmt.Errorf("network %s is a %s link, not a bridge", v.Bridge, br.Type())
 	}
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return fmt.Errorf("network namespace of pid %d: %w", pid, err)
+	}
+	defer ns.Close()
 	if old, err := netlink.LinkByName(v.HostIf); err == nil {
-		if old.Attrs().Alias != v.Alias {
+		// A link of this name is a leftover of an earlier attempt only if it carries this
+		// attachment's alias, or — interrupted between creation and aliasing, which the kernel
+		// cannot do in one step — it has no alias yet and its peer lives in this container's
+		// namespace (the caller has proven the container ours). Anything else is not ours.
+		if old.Attrs().Alias != v.Alias && !(old.Attrs().Alias == "" && peerIn(old, ns)) {
 			return fmt.Errorf("link %s exists and is not this attachment's: %w", v.HostIf, driver.ErrNotOwned)
 		}
 		if err := netlink.LinkDel(old); err != nil {
 			return fmt.Errorf("remove stale link %s: %w", v.HostIf, err)
 		}
 	}
-	nh, closeNS, err := nsHandle(pid)
+	nh, err := netlink.NewHandleAt(ns)
 	if err != nil {
-		return err
+		return fmt.Errorf("netlink in namespace of pid %d: %w", pid, err)
 	}
-	defer closeNS()
+	defer nh.Close()
 	if _, err := nh.LinkByName(v.GuestIf); err == nil {
 		return fmt.Errorf("container already has an interface %s", v.GuestIf)
 	}
-	ns, err := netns.GetFromPid(pid)
-	if err != nil {
-		return fmt.Errorf("network namespace of pid %d: %w", pid, err)
-	}
-	defer ns.Close()
 	mtu := v.MTU
 	if mtu == 0 {
 		mtu = br.Attrs().MTU
@@ -150,6 +154,15 @@ func wireVeth(pid int, v vethSpec) error {
 		return fail("up host side", err)
 	}
 	return nil
+}
+
+// peerIn reports whether host link l is a veth whose peer is inside namespace ns.
+func peerIn(l netlink.Link, ns netns.NsHandle) bool {
+	if _, ok := l.(*netlink.Veth); !ok {
+		return false
+	}
+	id, err := netlink.GetNetNsIdByFd(int(ns))
+	return err == nil && id >= 0 && l.Attrs().NetNsID == id
 }
 
 // deleteHostLink removes the host side (and so the pair) if it carries alias; a missing link is
