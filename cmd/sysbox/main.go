@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"zyvor.dev/sysbox/drivers/docker"
@@ -30,6 +31,11 @@ func registry() (*driver.Registry, error) {
 }
 
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		// Planning allocates many short-lived values; a larger heap target halves GC time on
+		// 10,000-resource topologies (bench/plan) for a few hundred MB of extra peak memory.
+		debug.SetGCPercent(400)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &sysbox.Env{
 		Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin,

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/dynblock"
 	"github.com/hashicorp/hcl/v2/hcldec"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/function"
@@ -52,8 +53,10 @@ type Decoded struct {
 	// JSON object whose top-level keys are the schema's attributes.
 	Config any
 	// Ref is the object other expressions see: configuration plus computed attributes (unknown
-	// until apply). It must have a string attribute "address".
-	Ref cty.Value
+	// until apply). It must have a string attribute "address". A handler may leave it NilVal
+	// and set RefFunc instead, which is called only if something refers to the instance.
+	Ref     cty.Value
+	RefFunc func() cty.Value
 	// References are instances named by the configuration's typed attributes (network, node,
 	// artifact); each must exist and becomes a dependency.
 	References []Reference
@@ -70,7 +73,8 @@ type Reference struct {
 type ResourceInstance struct {
 	Addr           addrs.Instance
 	Config         any
-	Ref            cty.Value
+	Ref            cty.Value // see RefValue: NilVal until something refers to the instance
+	refFunc        func() cty.Value
 	DependsOn      []addrs.Instance // sorted; references, depends_on and typed references
 	PreventDestroy bool
 	DeclRange      hcl.Range
@@ -79,6 +83,17 @@ type ResourceInstance struct {
 	slot    *resSlot
 	typed   []Reference
 	explict []hcl.Traversal
+}
+
+// RefValue returns the value expressions see for the instance (computing it if needed).
+func (ri *ResourceInstance) RefValue() cty.Value {
+	if ri.Ref == cty.NilVal {
+		if ri.refFunc == nil {
+			return cty.DynamicVal
+		}
+		ri.Ref = ri.refFunc()
+	}
+	return ri.Ref
 }
 
 // OutputValue is an evaluated root output.
@@ -209,6 +224,8 @@ type resSlot struct {
 	schema Schema
 	val    cty.Value
 	insts  []*ResourceInstance
+	kind   repKind
+	built  bool // val is computed (lazily, on first reference)
 	deps   []*resSlot
 	failed bool
 	name   string
@@ -565,8 +582,11 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 	}
 	var deps []*resSlot
 	failed := false
-	vars := map[string]map[string]cty.Value{}
+	var vars map[string]map[string]cty.Value
 	put := func(root, name string, v cty.Value) {
+		if vars == nil {
+			vars = map[string]map[string]cty.Value{}
+		}
 		m := vars[root]
 		if m == nil {
 			m = map[string]cty.Value{}
@@ -574,10 +594,10 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 		}
 		m[name] = v
 	}
-	data := map[string]map[string]cty.Value{}
-	modFull := map[string]cty.Value{}
-	modPart := map[string]map[string]cty.Value{}
-	out := map[string]cty.Value{}
+	var data map[string]map[string]cty.Value
+	var modFull map[string]cty.Value
+	var modPart map[string]map[string]cty.Value
+	out := make(map[string]cty.Value, 4)
 	for _, tr := range travs {
 		root := tr.RootName()
 		rng := tr.SourceRange()
@@ -654,6 +674,9 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 					continue
 				}
 				os := e.output(cs.children[0], outName)
+				if modPart == nil {
+					modPart = map[string]map[string]cty.Value{}
+				}
 				if modPart[name] == nil {
 					modPart[name] = map[string]cty.Value{}
 				}
@@ -663,6 +686,9 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 				continue
 			}
 			v, d, f := e.callValue(cs)
+			if modFull == nil {
+				modFull = map[string]cty.Value{}
+			}
 			modFull[name] = v
 			deps = append(deps, d...)
 			failed = failed || f
@@ -675,10 +701,13 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 				continue
 			}
 			rs := e.resource(mi, key)
+			if data == nil {
+				data = map[string]map[string]cty.Value{}
+			}
 			if data[typ] == nil {
 				data[typ] = map[string]cty.Value{}
 			}
-			data[typ][name] = rs.val
+			data[typ][name] = rs.value()
 			deps = append(deps, rs)
 			failed = failed || rs.failed
 		case "self", "terraform":
@@ -693,7 +722,7 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 				continue
 			}
 			rs := e.resource(mi, key)
-			put(root, name, rs.val)
+			put(root, name, rs.value())
 			deps = append(deps, rs)
 			failed = failed || rs.failed
 		}
@@ -905,17 +934,24 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 			kind = "data source"
 		}
 		e.errf(cfg.TypeRange.Ptr(), "Unknown "+kind+" type", "%q is not a %s type; known types: %s", cfg.Addr.Type, kind, strings.Join(e.opts.Schemas.Types(cfg.Addr.Mode), ", "))
-		rs.val, rs.failed = cty.DynamicVal, true
+		rs.val, rs.failed, rs.built = cty.DynamicVal, true, true
 		return rs
 	}
 	rs.schema = schema
 	x, xdeps, failed := e.expand(mi, cfg.Count, cfg.ForEach, rs.name)
 	if failed {
-		rs.val, rs.failed = cty.DynamicVal, true
+		rs.val, rs.failed, rs.built = cty.DynamicVal, true, true
 		return rs
 	}
 	spec := schema.Spec()
-	vars, deps, failed := e.scope(mi, dynblock.VariablesHCLDec(cfg.Body, spec), x.kind)
+	hasDynamic := bodyHasDynamic(cfg.Body)
+	var travs []hcl.Traversal
+	if hasDynamic {
+		travs = dynblock.VariablesHCLDec(cfg.Body, spec)
+	} else {
+		travs = bodyVariables(cfg.Body, spec)
+	}
+	vars, deps, failed := e.scope(mi, travs, x.kind)
 	deps = append(deps, xdeps...)
 	var explicit []hcl.Traversal
 	for _, tr := range cfg.DependsOn {
@@ -924,12 +960,9 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	}
 	deps = uniqueSlots(deps)
 	rs.failed = failed
-	refs := make([]cty.Value, 0, len(x.keys))
 	for i, k := range x.keys {
 		addr := addrs.Instance{Module: mi.path, Resource: cfg.Addr, Key: k}
 		ri := &ResourceInstance{Addr: addr, PreventDestroy: cfg.PreventDestroy, DeclRange: cfg.DeclRange, BaseDir: mi.mod.Dir, slot: rs, explict: explicit}
-		ri.Ref = cty.DynamicVal
-		refs = append(refs, ri.Ref)
 		rs.insts = append(rs.insts, ri)
 		e.instances = append(e.instances, ri)
 		ri.slot = rs
@@ -938,13 +971,21 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 			continue
 		}
 		ctx := &hcl.EvalContext{Variables: withRep(vars, x.reps[i]), Functions: mi.funcs}
-		val, d := hcldec.Decode(dynblock.Expand(cfg.Body, ctx), spec, ctx)
+		body := cfg.Body
+		if hasDynamic {
+			body = dynblock.Expand(body, ctx)
+		}
+		val, d := hcldec.Decode(body, spec, ctx)
 		e.diags = append(e.diags, d...)
 		if d.HasErrors() {
 			rs.failed = true
 			continue
 		}
-		val, pvm := val.UnmarkDeepWithPaths()
+		marked, unknownAt, hasUnknown := scanValue(val)
+		var pvm []cty.PathValueMarks
+		if marked {
+			val, pvm = val.UnmarkDeepWithPaths()
+		}
 		bad := false
 		for _, pm := range pvm {
 			if _, ok := pm.Marks[Sensitive]; ok {
@@ -954,7 +995,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 				bad = true
 			}
 		}
-		if p, ok := firstUnknown(val); ok {
+		if p, ok := unknownAt, hasUnknown; ok {
 			e.errf(cfg.DeclRange.Ptr(), "Value known only after apply",
 				"%s: %s depends on a value known only after apply (external_id, generation, observation, digest, …); resource attributes must be known when planning", addr, pathString(p))
 			bad = true
@@ -969,18 +1010,34 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 			rs.failed = true
 			continue
 		}
-		ri.Config, ri.Ref, ri.typed = dec.Config, dec.Ref, dec.References
-		refs[i] = dec.Ref
-	}
-	if rs.failed {
-		// dependents see unknowns; their own "known only after apply" errors are suppressed
-		// by failed propagation.
-		for i := range refs {
-			refs[i] = cty.DynamicVal
-		}
+		ri.Config, ri.Ref, ri.refFunc, ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.References
 	}
 	rs.deps = deps
-	switch x.kind {
+	rs.kind = x.kind
+	return rs
+}
+
+// value is the resource's value for expressions: the instance object (no count/for_each), a
+// tuple of them (count) or an object keyed by each.key (for_each). Built on first use.
+func (rs *resSlot) value() cty.Value {
+	if rs.built {
+		return rs.val
+	}
+	if rs.st != done {
+		return cty.DynamicVal // being evaluated (a cycle, already reported)
+	}
+	rs.built = true
+	refs := make([]cty.Value, len(rs.insts))
+	for i, ri := range rs.insts {
+		if rs.failed {
+			// dependents see unknowns; their own "known only after apply" errors are
+			// suppressed by failed propagation.
+			refs[i] = cty.DynamicVal
+		} else {
+			refs[i] = ri.RefValue()
+		}
+	}
+	switch rs.kind {
 	case repCount:
 		if len(refs) == 0 {
 			rs.val = cty.EmptyTupleVal
@@ -989,15 +1046,15 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 		}
 	case repEach:
 		m := make(map[string]cty.Value, len(refs))
-		for i, k := range x.keys {
-			s, _ := k.Str()
-			m[s] = refs[i]
+		for i, ri := range rs.insts {
+			k, _ := ri.Addr.Key.Str()
+			m[k] = refs[i]
 		}
 		rs.val = cty.ObjectVal(m)
 	default:
 		rs.val = refs[0]
 	}
-	return rs
+	return rs.val
 }
 
 func uniqueSlots(in []*resSlot) []*resSlot {
@@ -1158,6 +1215,9 @@ func pathString(p cty.Path) string {
 // firstUnknown finds a value known only after apply, not descending into references to other
 // resources (objects with a string "address"), which handlers consume by address only.
 func firstUnknown(v cty.Value) (cty.Path, bool) {
+	if v.IsWhollyKnown() {
+		return nil, false
+	}
 	var found cty.Path
 	_ = cty.Walk(v, func(p cty.Path, v cty.Value) (bool, error) {
 		if found != nil {
@@ -1240,5 +1300,62 @@ func (e *evaluator) substrate(ri *modInst) EvaluatedSubstrate {
 			}
 		}
 	}
+	return out
+}
+
+// bodyHasDynamic reports whether a body (or a nested block) uses a dynamic block, so that the
+// dynblock expansion is paid only where it is used.
+func bodyHasDynamic(b hcl.Body) bool {
+	sb, ok := b.(*hclsyntax.Body)
+	if !ok {
+		return true
+	}
+	for _, blk := range sb.Blocks {
+		if blk.Type == "dynamic" || bodyHasDynamic(blk.Body) {
+			return true
+		}
+	}
+	return false
+}
+
+// scanValue walks v once: whether anything is marked, and the first value known only after
+// apply outside references to other resources (see firstUnknown).
+func scanValue(v cty.Value) (marked bool, unknownAt cty.Path, hasUnknown bool) {
+	_ = cty.Walk(v, func(p cty.Path, v cty.Value) (bool, error) {
+		if v.IsMarked() {
+			marked = true
+		}
+		if !v.IsKnown() {
+			if !hasUnknown {
+				unknownAt, hasUnknown = append(cty.Path(nil), p...), true
+			}
+			return false, nil
+		}
+		if len(p) > 0 && isReference(v) {
+			return false, nil
+		}
+		return true, nil
+	})
+	return marked, unknownAt, hasUnknown
+}
+
+// bodyVariables lists the references of a native-syntax body (attributes and nested blocks,
+// recursively); other bodies go through hcldec.
+func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
+	sb, ok := b.(*hclsyntax.Body)
+	if !ok {
+		return hcldec.Variables(b, spec)
+	}
+	var out []hcl.Traversal
+	var walk func(*hclsyntax.Body)
+	walk = func(sb *hclsyntax.Body) {
+		for _, a := range sb.Attributes {
+			out = append(out, a.Expr.Variables()...)
+		}
+		for _, blk := range sb.Blocks {
+			walk(blk.Body)
+		}
+	}
+	walk(sb)
 	return out
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/typeexpr"
@@ -186,21 +188,58 @@ func (l *loader) load(dir string, root bool, stack []string, callRange hcl.Range
 		return nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "No topology files",
 			Detail: fmt.Sprintf("directory %s has no *%s files", dir, FileSuffix), Subject: rangePtr(callRange)}}
 	}
-	for _, fn := range files {
-		b, err := os.ReadFile(fn)
-		if err != nil {
-			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Cannot read file", Detail: err.Error()})
+	parsed := parseFiles(files)
+	for i, fn := range files {
+		p := parsed[i]
+		if p.err != nil {
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Cannot read file", Detail: p.err.Error()})
 			continue
 		}
-		l.src.Files[fn] = b
-		f, d := hclsyntax.ParseConfig(b, fn, hcl.InitialPos)
-		diags = append(diags, d...)
-		if f == nil {
+		l.src.Files[fn] = p.src
+		diags = append(diags, p.diags...)
+		if p.file == nil {
 			continue
 		}
-		diags = append(diags, l.decodeFile(m, f.Body, root, stack)...)
+		diags = append(diags, l.decodeFile(m, p.file.Body, root, stack)...)
 	}
 	return m, diags
+}
+
+type parsedFile struct {
+	src   []byte
+	file  *hcl.File
+	diags hcl.Diagnostics
+	err   error
+}
+
+// parseFiles reads and parses files on all CPUs (parsing dominates loading large topologies);
+// results keep the files' order.
+func parseFiles(files []string) []parsedFile {
+	out := make([]parsedFile, len(files))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	workers := min(runtime.GOMAXPROCS(0), len(files))
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				b, err := os.ReadFile(files[i])
+				if err != nil {
+					out[i].err = err
+					continue
+				}
+				f, d := hclsyntax.ParseConfig(b, files[i], hcl.InitialPos)
+				out[i] = parsedFile{src: b, file: f, diags: d}
+			}
+		}()
+	}
+	for i := range files {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return out
 }
 
 func rangePtr(r hcl.Range) *hcl.Range {

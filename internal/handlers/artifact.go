@@ -49,15 +49,15 @@ func (*Artifact) DependencyChanged(*config.ResourceInstance, addrs.Instance, pla
 }
 
 // Spec implements config.Schema.
-func (*Artifact) Spec() hcldec.Spec {
-	return hcldec.ObjectSpec{
-		"kind":         &hcldec.AttrSpec{Name: "kind", Type: cty.String, Required: true},
-		"source":       &hcldec.AttrSpec{Name: "source", Type: cty.String, Required: true},
-		"architecture": &hcldec.AttrSpec{Name: "architecture", Type: cty.String},
-		"guest_family": &hcldec.AttrSpec{Name: "guest_family", Type: cty.String},
-		"digest":       &hcldec.AttrSpec{Name: "digest", Type: cty.String},
-		"driver":       &hcldec.AttrSpec{Name: "driver", Type: cty.String},
-	}
+func (*Artifact) Spec() hcldec.Spec { return artifactSpec }
+
+var artifactSpec = hcldec.ObjectSpec{
+	"kind":         &hcldec.AttrSpec{Name: "kind", Type: cty.String, Required: true},
+	"source":       &hcldec.AttrSpec{Name: "source", Type: cty.String, Required: true},
+	"architecture": &hcldec.AttrSpec{Name: "architecture", Type: cty.String},
+	"guest_family": &hcldec.AttrSpec{Name: "guest_family", Type: cty.String},
+	"digest":       &hcldec.AttrSpec{Name: "digest", Type: cty.String},
+	"driver":       &hcldec.AttrSpec{Name: "driver", Type: cty.String},
 }
 
 // Decode implements config.Schema.
@@ -93,17 +93,7 @@ func (*Artifact) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnos
 	if d.list.HasErrors() {
 		return nil, d.list
 	}
-	computed := map[string]cty.Type{"size": cty.Number}
-	ref := refValue(req.Addr, c, computed)
-	attrs := ref.AsValueMap()
-	if c.Pinned != "" {
-		attrs["digest"] = cty.StringVal(c.Pinned)
-	} else {
-		attrs["digest"] = cty.UnknownVal(cty.String)
-	}
-	delete(attrs, "pinned_digest")
-	delete(attrs, "base_dir")
-	return &config.Decoded{Config: c, Ref: cty.ObjectVal(attrs)}, d.list
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return artifactRef(req.Addr, c) }}, d.list
 }
 
 // Desired implements plans.Handler: it completes the stored form with the artifact's digest.

@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
-	ctyjson "github.com/zclconf/go-cty/cty/json"
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/plans"
@@ -206,32 +205,6 @@ func oneOf(v string, allowed ...string) bool {
 		}
 	}
 	return false
-}
-
-// refValue builds the object expressions see: the stored form's attributes plus computed
-// attributes (unknown until apply) and the address.
-func refValue(addr addrs.Instance, stored any, computed map[string]cty.Type) cty.Value {
-	b, err := json.Marshal(stored)
-	if err != nil {
-		return cty.DynamicVal
-	}
-	ty, err := ctyjson.ImpliedType(b)
-	if err != nil {
-		return cty.DynamicVal
-	}
-	v, err := ctyjson.Unmarshal(b, ty)
-	if err != nil {
-		return cty.DynamicVal
-	}
-	attrs := v.AsValueMap()
-	if attrs == nil {
-		attrs = map[string]cty.Value{}
-	}
-	attrs["address"] = cty.StringVal(addr.String())
-	for n, t := range computed {
-		attrs[n] = cty.UnknownVal(t)
-	}
-	return cty.ObjectVal(attrs)
 }
 
 // defaultMAC derives a stable, locally administered unicast MAC from address and attachment.

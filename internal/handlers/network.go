@@ -31,12 +31,12 @@ func (*Network) Modes() (bool, bool) { return true, false }
 func (*Network) SchemaVersion() int  { return 1 }
 
 // Spec implements config.Schema.
-func (*Network) Spec() hcldec.Spec {
-	return hcldec.ObjectSpec{
-		"ipv4_cidr": &hcldec.AttrSpec{Name: "ipv4_cidr", Type: cty.String, Required: true},
-		"mtu":       &hcldec.AttrSpec{Name: "mtu", Type: cty.Number},
-		"driver":    &hcldec.AttrSpec{Name: "driver", Type: cty.String},
-	}
+func (*Network) Spec() hcldec.Spec { return networkSpec }
+
+var networkSpec = hcldec.ObjectSpec{
+	"ipv4_cidr": &hcldec.AttrSpec{Name: "ipv4_cidr", Type: cty.String, Required: true},
+	"mtu":       &hcldec.AttrSpec{Name: "mtu", Type: cty.Number},
+	"driver":    &hcldec.AttrSpec{Name: "driver", Type: cty.String},
 }
 
 // Decode implements config.Schema.
@@ -65,7 +65,7 @@ func (*Network) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnost
 	if d.list.HasErrors() {
 		return nil, d.list
 	}
-	return &config.Decoded{Config: c, Ref: refValue(req.Addr, c, map[string]cty.Type{"external_id": cty.String})}, d.list
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return networkRef(req.Addr, c) }}, d.list
 }
 
 // Desired implements plans.Handler.

@@ -66,32 +66,32 @@ func (*Node) Modes() (bool, bool) { return true, false }
 func (*Node) SchemaVersion() int  { return 1 }
 
 // Spec implements config.Schema.
-func (*Node) Spec() hcldec.Spec {
-	return hcldec.ObjectSpec{
-		"driver":      &hcldec.AttrSpec{Name: "driver", Type: cty.String},
-		"artifact":    &hcldec.AttrSpec{Name: "artifact", Type: cty.DynamicPseudoType},
-		"kernel":      &hcldec.AttrSpec{Name: "kernel", Type: cty.DynamicPseudoType},
-		"cpus":        &hcldec.AttrSpec{Name: "cpus", Type: cty.Number},
-		"memory_mb":   &hcldec.AttrSpec{Name: "memory_mb", Type: cty.Number},
-		"command":     &hcldec.AttrSpec{Name: "command", Type: cty.List(cty.String)},
-		"environment": &hcldec.AttrSpec{Name: "environment", Type: cty.Map(cty.String)},
-		"hostname":    &hcldec.AttrSpec{Name: "hostname", Type: cty.String},
-		"attachment": &hcldec.BlockObjectSpec{TypeName: "attachment", LabelNames: []string{"name"}, Nested: hcldec.ObjectSpec{
-			"network": &hcldec.AttrSpec{Name: "network", Type: cty.DynamicPseudoType, Required: true},
-			"ipv4":    &hcldec.AttrSpec{Name: "ipv4", Type: cty.List(cty.String)},
-			"mac":     &hcldec.AttrSpec{Name: "mac", Type: cty.String},
-			"gateway": &hcldec.AttrSpec{Name: "gateway", Type: cty.String},
-			"aliases": &hcldec.AttrSpec{Name: "aliases", Type: cty.List(cty.String)},
-		}},
-		"route": &hcldec.BlockListSpec{TypeName: "route", Nested: hcldec.ObjectSpec{
-			"to":  &hcldec.AttrSpec{Name: "to", Type: cty.String, Required: true},
-			"via": &hcldec.AttrSpec{Name: "via", Type: cty.String, Required: true},
-		}},
-		"provisioner": &hcldec.BlockListSpec{TypeName: "provisioner", Nested: hcldec.ObjectSpec{
-			"type":    &hcldec.BlockLabelSpec{Index: 0, Name: "type"},
-			"command": &hcldec.AttrSpec{Name: "command", Type: cty.List(cty.String), Required: true},
-		}},
-	}
+func (*Node) Spec() hcldec.Spec { return nodeSpec }
+
+var nodeSpec = hcldec.ObjectSpec{
+	"driver":      &hcldec.AttrSpec{Name: "driver", Type: cty.String},
+	"artifact":    &hcldec.AttrSpec{Name: "artifact", Type: cty.DynamicPseudoType},
+	"kernel":      &hcldec.AttrSpec{Name: "kernel", Type: cty.DynamicPseudoType},
+	"cpus":        &hcldec.AttrSpec{Name: "cpus", Type: cty.Number},
+	"memory_mb":   &hcldec.AttrSpec{Name: "memory_mb", Type: cty.Number},
+	"command":     &hcldec.AttrSpec{Name: "command", Type: cty.List(cty.String)},
+	"environment": &hcldec.AttrSpec{Name: "environment", Type: cty.Map(cty.String)},
+	"hostname":    &hcldec.AttrSpec{Name: "hostname", Type: cty.String},
+	"attachment": &hcldec.BlockObjectSpec{TypeName: "attachment", LabelNames: []string{"name"}, Nested: hcldec.ObjectSpec{
+		"network": &hcldec.AttrSpec{Name: "network", Type: cty.DynamicPseudoType, Required: true},
+		"ipv4":    &hcldec.AttrSpec{Name: "ipv4", Type: cty.List(cty.String)},
+		"mac":     &hcldec.AttrSpec{Name: "mac", Type: cty.String},
+		"gateway": &hcldec.AttrSpec{Name: "gateway", Type: cty.String},
+		"aliases": &hcldec.AttrSpec{Name: "aliases", Type: cty.List(cty.String)},
+	}},
+	"route": &hcldec.BlockListSpec{TypeName: "route", Nested: hcldec.ObjectSpec{
+		"to":  &hcldec.AttrSpec{Name: "to", Type: cty.String, Required: true},
+		"via": &hcldec.AttrSpec{Name: "via", Type: cty.String, Required: true},
+	}},
+	"provisioner": &hcldec.BlockListSpec{TypeName: "provisioner", Nested: hcldec.ObjectSpec{
+		"type":    &hcldec.BlockLabelSpec{Index: 0, Name: "type"},
+		"command": &hcldec.AttrSpec{Name: "command", Type: cty.List(cty.String), Required: true},
+	}},
 }
 
 // Decode implements config.Schema.
@@ -251,8 +251,7 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 		return nil, d.list
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].Attr < refs[j].Attr })
-	ref := refValue(req.Addr, c, map[string]cty.Type{"external_id": cty.String, "generation": cty.Number, "observation": cty.String})
-	return &config.Decoded{Config: c, Ref: ref, References: refs}, d.list
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(req.Addr, c) }, References: refs}, d.list
 }
 
 // Desired implements plans.Handler.

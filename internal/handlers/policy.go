@@ -117,24 +117,24 @@ func (*Firewall) Modes() (bool, bool) { return true, false }
 func (*Firewall) SchemaVersion() int  { return 1 }
 
 // Spec implements config.Schema.
-func (*Firewall) Spec() hcldec.Spec {
-	return hcldec.ObjectSpec{
-		"node":            &hcldec.AttrSpec{Name: "node", Type: cty.DynamicPseudoType, Required: true},
-		"driver":          &hcldec.AttrSpec{Name: "driver", Type: cty.String},
-		"default_input":   &hcldec.AttrSpec{Name: "default_input", Type: cty.String},
-		"default_forward": &hcldec.AttrSpec{Name: "default_forward", Type: cty.String},
-		"default_output":  &hcldec.AttrSpec{Name: "default_output", Type: cty.String},
-		"rule": &hcldec.BlockListSpec{TypeName: "rule", Nested: hcldec.ObjectSpec{
-			"chain":            &hcldec.AttrSpec{Name: "chain", Type: cty.String, Required: true},
-			"action":           &hcldec.AttrSpec{Name: "action", Type: cty.String, Required: true},
-			"protocol":         &hcldec.AttrSpec{Name: "protocol", Type: cty.String},
-			"source":           &hcldec.AttrSpec{Name: "source", Type: cty.String},
-			"destination":      &hcldec.AttrSpec{Name: "destination", Type: cty.String},
-			"source_port":      &hcldec.AttrSpec{Name: "source_port", Type: cty.Number},
-			"destination_port": &hcldec.AttrSpec{Name: "destination_port", Type: cty.Number},
-			"attachment":       &hcldec.AttrSpec{Name: "attachment", Type: cty.String},
-		}},
-	}
+func (*Firewall) Spec() hcldec.Spec { return firewallSpec }
+
+var firewallSpec = hcldec.ObjectSpec{
+	"node":            &hcldec.AttrSpec{Name: "node", Type: cty.DynamicPseudoType, Required: true},
+	"driver":          &hcldec.AttrSpec{Name: "driver", Type: cty.String},
+	"default_input":   &hcldec.AttrSpec{Name: "default_input", Type: cty.String},
+	"default_forward": &hcldec.AttrSpec{Name: "default_forward", Type: cty.String},
+	"default_output":  &hcldec.AttrSpec{Name: "default_output", Type: cty.String},
+	"rule": &hcldec.BlockListSpec{TypeName: "rule", Nested: hcldec.ObjectSpec{
+		"chain":            &hcldec.AttrSpec{Name: "chain", Type: cty.String, Required: true},
+		"action":           &hcldec.AttrSpec{Name: "action", Type: cty.String, Required: true},
+		"protocol":         &hcldec.AttrSpec{Name: "protocol", Type: cty.String},
+		"source":           &hcldec.AttrSpec{Name: "source", Type: cty.String},
+		"destination":      &hcldec.AttrSpec{Name: "destination", Type: cty.String},
+		"source_port":      &hcldec.AttrSpec{Name: "source_port", Type: cty.Number},
+		"destination_port": &hcldec.AttrSpec{Name: "destination_port", Type: cty.Number},
+		"attachment":       &hcldec.AttrSpec{Name: "attachment", Type: cty.String},
+	}},
 }
 
 // Decode implements config.Schema.
@@ -205,7 +205,7 @@ func (*Firewall) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnos
 		return nil, d.list
 	}
 	c.PolicyDigest = c.PolicySpec().Digest()
-	return &config.Decoded{Config: c, Ref: refValue(req.Addr, c, nil), References: refs}, d.list
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return policyRef(req.Addr, c.Driver, c.Node, c.PolicyDigest) }, References: refs}, d.list
 }
 
 // Desired implements plans.Handler.
@@ -262,21 +262,21 @@ func (*Router) Modes() (bool, bool) { return true, false }
 func (*Router) SchemaVersion() int  { return 1 }
 
 // Spec implements config.Schema.
-func (*Router) Spec() hcldec.Spec {
-	return hcldec.ObjectSpec{
-		"node":   &hcldec.AttrSpec{Name: "node", Type: cty.DynamicPseudoType, Required: true},
-		"driver": &hcldec.AttrSpec{Name: "driver", Type: cty.String},
-		"masquerade": &hcldec.BlockListSpec{TypeName: "masquerade", Nested: hcldec.ObjectSpec{
-			"out_attachment": &hcldec.AttrSpec{Name: "out_attachment", Type: cty.String, Required: true},
-			"source":         &hcldec.AttrSpec{Name: "source", Type: cty.String, Required: true},
-		}},
-		"port_forward": &hcldec.BlockListSpec{TypeName: "port_forward", Nested: hcldec.ObjectSpec{
-			"in_attachment": &hcldec.AttrSpec{Name: "in_attachment", Type: cty.String, Required: true},
-			"protocol":      &hcldec.AttrSpec{Name: "protocol", Type: cty.String, Required: true},
-			"port":          &hcldec.AttrSpec{Name: "port", Type: cty.Number, Required: true},
-			"to":            &hcldec.AttrSpec{Name: "to", Type: cty.String, Required: true},
-		}},
-	}
+func (*Router) Spec() hcldec.Spec { return routerSpec }
+
+var routerSpec = hcldec.ObjectSpec{
+	"node":   &hcldec.AttrSpec{Name: "node", Type: cty.DynamicPseudoType, Required: true},
+	"driver": &hcldec.AttrSpec{Name: "driver", Type: cty.String},
+	"masquerade": &hcldec.BlockListSpec{TypeName: "masquerade", Nested: hcldec.ObjectSpec{
+		"out_attachment": &hcldec.AttrSpec{Name: "out_attachment", Type: cty.String, Required: true},
+		"source":         &hcldec.AttrSpec{Name: "source", Type: cty.String, Required: true},
+	}},
+	"port_forward": &hcldec.BlockListSpec{TypeName: "port_forward", Nested: hcldec.ObjectSpec{
+		"in_attachment": &hcldec.AttrSpec{Name: "in_attachment", Type: cty.String, Required: true},
+		"protocol":      &hcldec.AttrSpec{Name: "protocol", Type: cty.String, Required: true},
+		"port":          &hcldec.AttrSpec{Name: "port", Type: cty.Number, Required: true},
+		"to":            &hcldec.AttrSpec{Name: "to", Type: cty.String, Required: true},
+	}},
 }
 
 // Decode implements config.Schema.
@@ -329,7 +329,7 @@ func (*Router) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnosti
 		return nil, d.list
 	}
 	c.PolicyDigest = c.PolicySpec().Digest()
-	return &config.Decoded{Config: c, Ref: refValue(req.Addr, c, nil), References: refs}, d.list
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return policyRef(req.Addr, c.Driver, c.Node, c.PolicyDigest) }, References: refs}, d.list
 }
 
 // Desired implements plans.Handler.

@@ -1,0 +1,81 @@
+// Package plan benchmarks decode + graph + plan on generated topologies (bench/plan/run.sh).
+package plan
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Shape names a generated topology shape.
+type Shape string
+
+const (
+	// Chain: every node refers to the previous one (one long reference chain).
+	Chain Shape = "chain"
+	// FanOut: 100 groups, each a network and nodes attached to it.
+	FanOut Shape = "fanout"
+)
+
+// Generate writes a topology of n resources in shape into dir (split over files of 1,000
+// resources, as a person would split a large topology).
+func Generate(dir string, shape Shape, n int) error {
+	var files []*strings.Builder
+	cur := func(i int) *strings.Builder {
+		for len(files) <= i/1000 {
+			files = append(files, &strings.Builder{})
+		}
+		return files[i/1000]
+	}
+	switch shape {
+	case Chain:
+		fmt.Fprintf(cur(0), "resource \"sysbox_network\" \"n0\" {\n  ipv4_cidr = \"198.18.0.0/16\"\n}\n")
+		for i := 1; i < n; i++ {
+			prev := fmt.Sprintf("sysbox_node.n%d.hostname", i-1)
+			if i == 1 {
+				prev = "sysbox_network.n0.ipv4_cidr"
+			}
+			fmt.Fprintf(cur(i), `resource "sysbox_node" "n%d" {
+  hostname = "h%d"
+  command  = ["ping", %s]
+  attachment "lan" {
+    network = sysbox_network.n0
+    ipv4    = ["${cidrhost("198.18.0.0/16", %d)}/16"]
+  }
+}
+`, i, i, prev, i)
+		}
+	case FanOut:
+		groups := 100
+		per := n / groups
+		i := 0
+		for g := 0; g < groups; g++ {
+			cidr := fmt.Sprintf("198.18.%d.0/24", g)
+			if per > 250 {
+				cidr = fmt.Sprintf("198.%d.0.0/16", 18+g%2) // large groups: /16s (addresses are never used)
+			}
+			fmt.Fprintf(cur(i), "resource \"sysbox_network\" \"g%d\" {\n  ipv4_cidr = %q\n}\n", g, cidr)
+			i++
+			for k := 1; k < per; k++ {
+				fmt.Fprintf(cur(i), `resource "sysbox_node" "g%d_n%d" {
+  command = ["sleep", "infinity"]
+  attachment "lan" {
+    network = sysbox_network.g%d
+    ipv4    = ["${cidrhost(sysbox_network.g%d.ipv4_cidr, %d)}/%s"]
+  }
+}
+`, g, k, g, g, k, cidr[strings.Index(cidr, "/")+1:])
+				i++
+			}
+		}
+	default:
+		return fmt.Errorf("unknown shape %q", shape)
+	}
+	for i, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("part%03d.sysbox.hcl", i)), []byte(f.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
