@@ -1,0 +1,326 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+	"zyvor.dev/sysbox/drivers/docker/imagetest"
+	"zyvor.dev/sysbox/internal/testenv"
+)
+
+// e2eTopology: a Docker web node and a netns probe on one managed network, a firewall on the
+// web node, and a secret in the web node's environment.
+const e2eTopology = `
+substrate "local" {
+  driver "netns" {}
+  driver "docker" {}
+  driver "nftables" {}
+  backend "local" { path = ".sysbox/state" }
+  # One operation at a time, so a failpoint kill lands between steps of one operation rather
+  # than inside another operation running in parallel.
+  parallelism = 1
+}
+
+resource "sysbox_artifact" "busybox" {
+  kind   = "rootfs"
+  source = "busybox-rootfs.tar"
+}
+
+resource "sysbox_network" "lan" {
+  ipv4_cidr = "192.0.2.0/24"
+}
+
+resource "sysbox_node" "%[1]s" {
+  driver   = "docker"
+  artifact = sysbox_artifact.busybox
+  command  = ["httpd", "-f", "-p", "80", "-h", "/www"]
+  environment = {
+    TOKEN = env("E2E_WEB_TOKEN")
+  }
+  attachment "lan" {
+    network = sysbox_network.lan
+    ipv4    = ["192.0.2.10/24"]
+  }
+}
+
+resource "sysbox_node" "probe" {
+  driver  = "netns"
+  command = ["sleep", "infinity"]
+  attachment "lan" {
+    network = sysbox_network.lan
+    ipv4    = ["192.0.2.20/24"]
+  }
+}
+
+resource "sysbox_firewall" "web" {
+  node          = sysbox_node.%[1]s
+  default_input = "drop"
+  rule {
+    chain            = "input"
+    action           = "accept"
+    protocol         = "tcp"
+    destination_port = 80
+  }
+}
+`
+
+type e2eLab struct {
+	t      *testing.T
+	d      *Driver
+	bin    string
+	dir    string
+	web    string // resource name of the docker node
+	secret string
+}
+
+// run runs the sysbox CLI in the lab directory with extra environment.
+func (l *e2eLab) run(env []string, args ...string) (string, error) {
+	cmd := exec.Command(l.bin, args...)
+	cmd.Dir = l.dir
+	cmd.Env = append(append(os.Environ(), "E2E_WEB_TOKEN="+l.secret), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (l *e2eLab) must(args ...string) string {
+	l.t.Helper()
+	out, err := l.run(nil, args...)
+	if err != nil {
+		l.t.Fatalf("sysbox %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// webContainers lists the containers labelled with the web node's address.
+func (l *e2eLab) webContainers() []container.Summary {
+	list, err := l.d.cli.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", labelAddress+"=sysbox_node."+l.web))})
+	if err != nil {
+		l.t.Fatalf("list containers: %v", err)
+	}
+	return list
+}
+
+// restartDockerd stops the daemon (SIGTERM, as an init system would) and starts it again with
+// the same command line and log file, waiting until it answers. Containers have no restart
+// policy, so they come back stopped, their namespaces and NICs gone.
+func restartDockerd(t *testing.T, d *Driver) {
+	t.Helper()
+	raw, err := os.ReadFile("/var/run/docker.pid")
+	if err != nil {
+		t.Fatalf("dockerd pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatalf("dockerd pid %q: %v", raw, err)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatalf("dockerd command line: %v", err)
+	}
+	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	logPath, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/2", pid))
+	// Whatever happens below, the test leaves a daemon running.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := d.cli.Ping(ctx); err != nil {
+			startDockerd(t, d, argv, logPath)
+		}
+	})
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatalf("stop dockerd: %v", err)
+	}
+	if !waitExit(pid, 45*time.Second) {
+		t.Logf("dockerd %d ignored SIGTERM for 45s; killing it", pid)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if !waitExit(pid, 10*time.Second) {
+			t.Fatalf("dockerd %d does not exit", pid)
+		}
+	}
+	startDockerd(t, d, argv, logPath)
+}
+
+// waitExit waits until pid is gone (or a zombie we cannot reap: its parent is not us).
+func waitExit(pid int, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(pid, 0) != nil {
+			return true
+		}
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
+				return true
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}
+
+func startDockerd(t *testing.T, d *Driver, argv []string, logPath string) {
+	t.Helper()
+	var logf *os.File
+	if strings.HasPrefix(logPath, "/") {
+		logf, _ = os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	}
+	if logf == nil {
+		logf, _ = os.OpenFile(filepath.Join(os.TempDir(), "dockerd-restarted.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start dockerd: %v", err)
+	}
+	_ = cmd.Process.Release() // the daemon outlives the test, as the one it replaces would
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := d.cli.Ping(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dockerd did not answer within 60s after restart: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestDaemonRestartMidApplyRecovered drives the real CLI: an apply is killed (executor
+// failpoint) right after the Docker node is running and wired, then dockerd restarts (the
+// container stops, its namespace and NIC vanish). The next apply recovers from the checkpoint
+// and converges; the lab serves. A second daemon restart after a complete apply is observed as
+// degraded and converges by replacement. Destroy leaves no residue.
+func TestDaemonRestartMidApplyRecovered(t *testing.T) {
+	d := daemonDriver(t)
+	testenv.Require(t, os.Getenv("SYSBOX_TEST_DOCKER") == "1", "restarts dockerd: runs only with SYSBOX_TEST_DOCKER=1 (scripts/test-all sets it)")
+	testenv.RequireBinary(t, "busybox")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	dir := t.TempDir()
+	l := &e2eLab{t: t, d: d, bin: filepath.Join(dir, "sysbox"), dir: filepath.Join(dir, "lab"), web: "web_" + randHex(4), secret: "e2e-" + randHex(8)}
+	if out, err := exec.Command(goBin, "build", "-o", l.bin, "zyvor.dev/sysbox/cmd/sysbox").CombinedOutput(); err != nil {
+		t.Fatalf("build sysbox: %v\n%s", err, out)
+	}
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rootfs, err := imagetest.Rootfs(imagetest.Busybox, "served by "+l.web+"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(l.dir, "busybox-rootfs.tar"), rootfs, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(l.dir, "main.sysbox.hcl"), []byte(fmt.Sprintf(e2eTopology, l.web)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := l.run(nil, "destroy", "-auto-approve"); err != nil {
+			t.Logf("clean-up destroy: %v\n%s", err, out)
+		}
+		for _, c := range l.webContainers() {
+			_ = d.cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+		}
+	})
+
+	// Find the first checkpoint at which the web container runs, kill the CLI there.
+	killedAt := 0
+	for n := 1; n <= 60 && killedAt == 0; n++ {
+		out, err := l.run([]string{"SYSBOX_EXEC_FAILPOINT=checkpoint@" + strconv.Itoa(n)}, "apply", "-auto-approve")
+		var ee *exec.ExitError
+		if err == nil || !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("apply with failpoint checkpoint@%d: got %v, want killed by the failpoint\n%s", n, err, out)
+		}
+		if cs := l.webContainers(); len(cs) == 1 && cs[0].State == "running" {
+			killedAt = n
+			break
+		}
+		l.must("destroy", "-auto-approve") // recovers the interrupted run and removes it all
+	}
+	if killedAt == 0 {
+		t.Fatalf("the web container never ran before the apply finished its checkpoints")
+	}
+	t.Logf("apply killed after checkpoint record %d with the web container running", killedAt)
+
+	restartDockerd(t, d)
+	if cs := l.webContainers(); len(cs) != 1 || cs[0].State == "running" {
+		t.Fatalf("after the daemon restart: got %+v, want the one web container, stopped", cs)
+	}
+	out := l.must("apply", "-auto-approve")
+	if !strings.Contains(out, "Apply complete") {
+		t.Fatalf("apply after the restart:\n%s", out)
+	}
+	l.checkServes("after recovery")
+
+	restartDockerd(t, d)
+	if refresh := l.must("refresh"); !strings.Contains(refresh, "sysbox_node."+l.web+": degraded") {
+		t.Fatalf("refresh after a second daemon restart: want sysbox_node.%s degraded\n%s", l.web, refresh)
+	}
+	plan := l.must("plan")
+	if !strings.Contains(plan, "sysbox_node."+l.web+" replace") || !strings.Contains(plan, "degraded") {
+		t.Fatalf("plan after a second daemon restart: want sysbox_node.%s replaced as degraded\n%s", l.web, plan)
+	}
+	l.must("apply", "-auto-approve")
+	l.checkServes("after convergence")
+
+	out = l.must("destroy", "-auto-approve")
+	if !strings.Contains(out, "no object carries this topology's markers") {
+		t.Fatalf("destroy: want an empty residue audit\n%s", out)
+	}
+	if cs := l.webContainers(); len(cs) != 0 {
+		t.Fatalf("after destroy: %d web containers remain", len(cs))
+	}
+}
+
+// checkServes checks that every node is present, the probe reaches the web node through the
+// firewall, and the secret reached the container but not the state.
+func (l *e2eLab) checkServes(stage string) {
+	l.t.Helper()
+	refresh := l.must("refresh")
+	for _, addr := range []string{"sysbox_node." + l.web, "sysbox_node.probe", "sysbox_firewall.web", "sysbox_network.lan"} {
+		if !strings.Contains(refresh, addr+": present") {
+			l.t.Fatalf("%s: refresh: want %s present\n%s", stage, addr, refresh)
+		}
+	}
+	bb, _ := exec.LookPath("busybox")
+	out := l.must("exec", "sysbox_node.probe", "--", bb, "wget", "-q", "-O", "-", "http://192.0.2.10/index.html")
+	if !strings.Contains(out, "served by "+l.web) {
+		l.t.Fatalf("%s: probe → web: got %q", stage, out)
+	}
+	out = l.must("exec", "sysbox_node."+l.web, "--", "sh", "-c", "echo $TOKEN")
+	if strings.TrimSpace(out) != l.secret {
+		l.t.Fatalf("%s: web's TOKEN: got %q, want the secret", stage, out)
+	}
+	err := filepath.Walk(filepath.Join(l.dir, ".sysbox"), func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), l.secret) {
+			return fmt.Errorf("%s holds the secret in plaintext", p)
+		}
+		return err
+	})
+	if err != nil {
+		l.t.Fatalf("%s: %v", stage, err)
+	}
+}
