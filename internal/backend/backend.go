@@ -117,6 +117,11 @@ type Snapshotter interface {
 	ReadSnapshot(ctx context.Context, id string) (*states.State, error)
 }
 
+// SnapshotPruner removes all but the newest keep snapshots.
+type SnapshotPruner interface {
+	PruneSnapshots(ctx context.Context, keep int) (removed int, err error)
+}
+
 // Deleter deletes the stored state by compare-and-swap on the serial. Snapshots stay.
 type Deleter interface {
 	Delete(ctx context.Context, expectSerial uint64) error

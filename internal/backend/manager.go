@@ -22,9 +22,15 @@ type Options struct {
 	LeaseTTL time.Duration
 	// Require adds the handlers' identity requirements to the built-in ownership checks.
 	Require states.Requirement
+	// KeepSnapshots bounds how many snapshots are kept after taking one: 0 means
+	// DefaultKeepSnapshots, a negative value keeps all.
+	KeepSnapshots int
 	// Now stamps snapshots and tool versions; time.Now when nil.
 	Now func() time.Time
 }
+
+// DefaultKeepSnapshots is how many snapshots a Manager keeps unless told otherwise.
+const DefaultKeepSnapshots = 20
 
 // Manager reads and changes a topology's state through one backend (S13).
 type Manager struct {
@@ -36,6 +42,9 @@ type Manager struct {
 func NewManager(b Backend, opts Options) *Manager {
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.KeepSnapshots == 0 {
+		opts.KeepSnapshots = DefaultKeepSnapshots
 	}
 	return &Manager{b: b, opts: opts}
 }
@@ -155,7 +164,22 @@ func (t *Txn) Snapshot(ctx context.Context, reason string) (SnapshotInfo, error)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("%s: snapshot state: %w", t.op, err)
 	}
+	if err := t.m.prune(ctx); err != nil {
+		return info, fmt.Errorf("%s: %w", t.op, err)
+	}
 	return info, nil
+}
+
+// prune keeps the newest KeepSnapshots snapshots.
+func (m *Manager) prune(ctx context.Context) error {
+	p, ok := m.b.(SnapshotPruner)
+	if !ok || m.opts.KeepSnapshots < 0 {
+		return nil
+	}
+	if _, err := p.PruneSnapshots(ctx, m.opts.KeepSnapshots); err != nil {
+		return fmt.Errorf("prune snapshots: %w", err)
+	}
+	return nil
 }
 
 // Save stores st as the next serial by CAS against the serial last read or saved in this Txn.

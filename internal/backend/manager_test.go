@@ -236,3 +236,22 @@ func TestReadOfNothingHasNoLineage(t *testing.T) {
 		t.Fatalf("Begin on nothing: got no lineage, want a fresh one to save under")
 	}
 }
+
+func TestManagerKeepsSnapshotsBounded(t *testing.T) {
+	ctx := context.Background()
+	b := newLocal(t)
+	m := backend.NewManager(b, backend.Options{KeepSnapshots: 3})
+	seed(t, m, "sysbox_node.web")
+	for i := range 6 {
+		if _, err := m.Mutate(ctx, "state rm", true, func(st *states.State) error {
+			st.Resources[0].UpdatedAt = time.Now().Add(time.Duration(i) * time.Second)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snaps, err := b.Snapshots(ctx)
+	if err != nil || len(snaps) != 3 || snaps[2].Serial != 6 || snaps[0].Serial != 4 {
+		t.Fatalf("got %+v %v, want the 3 newest snapshots (serials 4..6)", snaps, err)
+	}
+}

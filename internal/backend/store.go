@@ -97,8 +97,11 @@ func (s *Store) Snapshot(ctx context.Context, reason string) error {
 	if !ok || !s.m.b.Describe().Capabilities.Has(Snapshot) {
 		return nil
 	}
-	if _, err := sn.Snapshot(ctx, reason); err != nil && !errors.Is(err, ErrNoState) {
+	if _, err := sn.Snapshot(ctx, reason); err != nil {
+		if errors.Is(err, ErrNoState) {
+			return nil
+		}
 		return fmt.Errorf("snapshot state: %w", err)
 	}
-	return nil
+	return s.m.prune(ctx)
 }

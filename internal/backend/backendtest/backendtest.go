@@ -381,6 +381,23 @@ func testSnapshots(t *testing.T, h Harness) {
 	if _, err := sn.ReadSnapshot(ctx, "s9-nope"); err == nil {
 		t.Fatalf("reading a missing snapshot: got nil, want an error")
 	}
+	// Retention: keep the newest two of four.
+	p, ok := b.(backend.SnapshotPruner)
+	if !ok {
+		t.Fatalf("%s backend: cannot prune snapshots", b.Describe().Kind)
+	}
+	for range 3 {
+		time.Sleep(2 * time.Millisecond) // distinct creation times
+		if _, err := sn.Snapshot(ctx, "more"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := sn.Snapshots(ctx)
+	removed, err := p.PruneSnapshots(ctx, 2)
+	after, _ := sn.Snapshots(ctx)
+	if err != nil || removed != 2 || len(before) != 4 || len(after) != 2 || after[0].ID != before[2].ID || after[1].ID != before[3].ID {
+		t.Fatalf("prune to 2: removed %d (%v), got %+v, want the newest two of %+v", removed, err, after, before)
+	}
 }
 
 func testDeletion(t *testing.T, h Harness) {

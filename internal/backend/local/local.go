@@ -49,6 +49,8 @@ var (
 	_ backend.Locker      = (*Backend)(nil)
 	_ backend.Snapshotter = (*Backend)(nil)
 	_ backend.Deleter     = (*Backend)(nil)
+
+	_ backend.SnapshotPruner = (*Backend)(nil)
 )
 
 // DefaultPath is the state file used when no path is configured.
@@ -348,4 +350,25 @@ func (b *Backend) ReadSnapshot(ctx context.Context, id string) (*states.State, e
 		return nil, fmt.Errorf("local backend: snapshot %s: %w", p, err)
 	}
 	return st, nil
+}
+
+// PruneSnapshots implements backend.SnapshotPruner.
+func (b *Backend) PruneSnapshots(ctx context.Context, keep int) (int, error) {
+	list, err := b.Snapshots(ctx)
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for i := 0; i < len(list)-keep; i++ {
+		if err := os.Remove(filepath.Join(b.snapDir(), list[i].ID+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("local backend: prune snapshot %s: %w", list[i].ID, err)
+		}
+		removed++
+	}
+	if removed > 0 {
+		if err := durable.SyncDir(b.snapDir()); err != nil {
+			return removed, fmt.Errorf("local backend: prune snapshots: %w", err)
+		}
+	}
+	return removed, nil
 }

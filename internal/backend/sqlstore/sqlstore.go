@@ -63,6 +63,8 @@ var (
 	_ backend.Snapshotter   = (*Store)(nil)
 	_ backend.Deleter       = (*Store)(nil)
 	_ backend.Leaser        = (*Store)(nil)
+
+	_ backend.SnapshotPruner = (*Store)(nil)
 )
 
 // New creates the tables if needed and returns the store for the state called name. location
@@ -402,4 +404,15 @@ func (s *Store) ReadSnapshot(ctx context.Context, id string) (*states.State, err
 		return nil, s.wrap("snapshot "+id, err)
 	}
 	return st, nil
+}
+
+// PruneSnapshots implements backend.SnapshotPruner.
+func (s *Store) PruneSnapshots(ctx context.Context, keep int) (int, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM sysbox_state_snapshots WHERE name = ? AND id NOT IN
+		(SELECT id FROM sysbox_state_snapshots WHERE name = ? ORDER BY id DESC LIMIT ?)`), s.name, s.name, keep)
+	if err != nil {
+		return 0, s.wrap("prune snapshots", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
 }
