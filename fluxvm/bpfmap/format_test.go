@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -231,4 +232,42 @@ func FuzzParseSnapshot(f *testing.F) {
 				h.Entries, h.Info.KeySize, h.Info.ValueSize, len(sd.Keys), len(sd.Values))
 		}
 	})
+}
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// TestSnapshotGoldenV1 pins the version-1 byte layout: a change to what writeSnapshot produces
+// must be deliberate (bump SnapshotVersion and keep reading version 1, or run with -update when
+// the change is compatible), and files written by earlier builds must keep parsing.
+func TestSnapshotGoldenV1(t *testing.T) {
+	h := sampleHeader()
+	h.ByteOrder = "little"
+	c, wantK, wantV := sampleEntries(4, 3)
+	var buf bytes.Buffer
+	if _, err := writeSnapshot(&buf, h, c); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "snapshot-v1.snap")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	golden, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./fluxvm/bpfmap -run Golden -update to create it)", err)
+	}
+	if !bytes.Equal(buf.Bytes(), golden) {
+		t.Errorf("writeSnapshot output differs from %s: bump SnapshotVersion for an incompatible change, or -update", path)
+	}
+	sd, err := parseSnapshot(golden)
+	if err != nil {
+		t.Fatalf("parse %s: %v", path, err)
+	}
+	if sd.Header.Entries != 4 || !bytes.Equal(sd.Keys, wantK) || !bytes.Equal(sd.Values, wantV) || sd.Header.Map != "ct4" {
+		t.Errorf("golden snapshot parsed to %+v", sd.Header)
+	}
 }
