@@ -70,12 +70,23 @@ type Header struct {
 	Entries int64 `json:"entries"`
 }
 
-// snapshotData is a parsed, verified snapshot: header plus the two blocks.
-type snapshotData struct {
+// Snapshot is a parsed, verified snapshot file: the header plus the packed keys and values.
+// Component-specific migration hooks may read snapshots with ReadSnapshot (the hooks see the
+// snapshot directory in FLUXVM_SNAPSHOT_DIR).
+type Snapshot struct {
 	Header Header
-	Keys   []byte // N × KeySize
-	Values []byte // N × ValueSize
+	Keys   []byte // Header.Entries × Info.KeySize bytes
+	Values []byte // Header.Entries × Info.ValueSize bytes
 	SHA256 string // sha256 of the whole file, as sha256sum prints it
+}
+
+// Len is the number of entries.
+func (s *Snapshot) Len() int { return int(s.Header.Entries) }
+
+// Entry returns the i-th key and value (views into the snapshot, not copies).
+func (s *Snapshot) Entry(i int) (key, value []byte) {
+	ks, vs := int(s.Header.Info.KeySize), int(s.Header.Info.ValueSize)
+	return s.Keys[i*ks : (i+1)*ks], s.Values[i*vs : (i+1)*vs]
 }
 
 // entryChunks holds entries as they were read, batch by batch.
@@ -161,7 +172,7 @@ func corrupt(format string, args ...any) error {
 // parseSnapshot checks and splits a whole snapshot file. It verifies, in this order, the magic,
 // the format version, the trailer, the checksum, then the header and the exact length, and only
 // then returns views into data.
-func parseSnapshot(data []byte) (*snapshotData, error) {
+func parseSnapshot(data []byte) (*Snapshot, error) {
 	if len(data) < preambleLen {
 		return nil, corrupt("%d bytes, shorter than the preamble (torn write?)", len(data))
 	}
@@ -193,7 +204,7 @@ func parseSnapshot(data []byte) (*snapshotData, error) {
 	if hlen > maxHeaderLen || preambleLen+hlen > len(data)-trailerLen {
 		return nil, corrupt("header length %d out of range", hlen)
 	}
-	var sd snapshotData
+	var sd Snapshot
 	dec := json.NewDecoder(bytes.NewReader(data[preambleLen : preambleLen+hlen]))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&sd.Header); err != nil {
@@ -240,7 +251,9 @@ func innerAndFullSum(data []byte) (inner, full []byte, err error) {
 	return inner, f.Sum(nil), nil
 }
 
-func readSnapshot(path string) (*snapshotData, error) {
+// ReadSnapshot reads and verifies a whole snapshot file (version, trailer, checksum, length)
+// before returning any of it.
+func ReadSnapshot(path string) (*Snapshot, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
@@ -256,7 +269,7 @@ func readSnapshot(path string) (*snapshotData, error) {
 // returns what it describes. The engine uses it on resume to decide whether a snapshot taken
 // before a crash can be trusted, and Header.BootID to tell whether the host rebooted since.
 func VerifySnapshot(path string) (SnapshotInfo, Header, error) {
-	sd, err := readSnapshot(path)
+	sd, err := ReadSnapshot(path)
 	if err != nil {
 		return SnapshotInfo{}, Header{}, err
 	}

@@ -367,7 +367,7 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 	default:
 		return fail(fmt.Errorf("policy %q: want %s, %s or %s", spec.Policy, MetadataOnly, Merge, Replace))
 	}
-	sd, err := readSnapshot(path)
+	sd, err := ReadSnapshot(path)
 	if err != nil {
 		return fail(err)
 	}

@@ -269,13 +269,14 @@ func TestKernelHashUpgradeRoundTrip(t *testing.T) {
 		if si1, err := tiny.Snapshot(ctx, spec, tinySnap, nil); err != nil || si1.Entries != 1000 {
 			t.Errorf("Snapshot with batch size 1, %d threads: %d entries, %v; want 1000, nil", par, si1.Entries, err)
 		}
-		sd, err := readSnapshot(tinySnap)
+		sd, err := ReadSnapshot(tinySnap)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := map[string]string{}
-		for i := 0; i < int(sd.Header.Entries); i++ {
-			got[hex.EncodeToString(sd.Keys[i*ks:(i+1)*ks])] = hex.EncodeToString(sd.Values[i*vs : (i+1)*vs])
+		for i := 0; i < sd.Len(); i++ {
+			k, v := sd.Entry(i)
+			got[hex.EncodeToString(k)] = hex.EncodeToString(v)
 		}
 		checkEntries(t, fmt.Sprintf("snapshot with batch size 1, %d threads (%s)", par, sd.Header.Method), got, old)
 	}
