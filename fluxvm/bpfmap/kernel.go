@@ -32,15 +32,6 @@ const DefaultBatchEntries = 1 << 16
 // allocate huge buffers per batch.
 const maxBatchBytes = 8 << 20
 
-// batchFor is the number of entries of ks+vs bytes one batch moves.
-func (s *KernelStore) batchFor(ks, vs int) int {
-	b := s.batch
-	if lim := maxBatchBytes / max(ks+vs, 1); lim < b {
-		b = max(lim, 1)
-	}
-	return b
-}
-
 // KernelStore is the real Store: it opens declared pins with cilium/ebpf and moves entries with
 // BPF_MAP_*_BATCH, falling back to per-entry syscalls where the map type has no batch support.
 type KernelStore struct {
@@ -95,6 +86,15 @@ func NewStore(opts ...Option) *KernelStore {
 		o(s)
 	}
 	return s
+}
+
+// batchFor is the number of entries of ks+vs bytes one batch moves.
+func (s *KernelStore) batchFor(ks, vs int) int {
+	b := s.batch
+	if lim := maxBatchBytes / max(ks+vs, 1); lim < b {
+		b = max(lim, 1)
+	}
+	return b
 }
 
 // BootID returns the id of the current boot as the store sees it.
