@@ -19,6 +19,9 @@ type BridgeSpec struct {
 	Name  string // ≤ 15 bytes
 	MTU   int    // 0: kernel default
 	Owner substrate.Owner
+	// IntentDir, when set, holds intent records that let a re-run adopt a bridge created by a
+	// process killed before it could mark it (see intent.go).
+	IntentDir string
 }
 
 // CreateBridge creates the bridge (up, alias = owner marker) and, where the host's forward
@@ -37,7 +40,12 @@ func CreateBridge(ctx context.Context, spec BridgeSpec) error {
 	link, err := netlink.LinkByName(spec.Name)
 	switch {
 	case err == nil:
-		if err := checkOwned("bridge", link, spec.Owner); err != nil {
+		if adoptUnmarked(spec.IntentDir, "bridge", spec.Name, link.Attrs().Alias, spec.Owner) {
+			if err := netlink.LinkSetAlias(link, marker); err != nil {
+				return fmt.Errorf("bridge %s: mark: %w", spec.Name, err)
+			}
+			clearIntent(spec.IntentDir, spec.Name)
+		} else if err := checkOwned("bridge", link, spec.Owner); err != nil {
 			return err
 		}
 		if link.Type() != "bridge" {
@@ -47,8 +55,12 @@ func CreateBridge(ctx context.Context, spec BridgeSpec) error {
 			return fmt.Errorf("bridge %s: up: %w", spec.Name, err)
 		}
 	case isNotFound(err):
+		if err := writeIntent(spec.IntentDir, spec.Name, spec.Owner); err != nil {
+			return fmt.Errorf("bridge %s: %w", spec.Name, err)
+		}
 		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: spec.Name, MTU: spec.MTU, Alias: marker, Flags: net.FlagUp, TxQLen: -1}}
 		if err := netlink.LinkAdd(br); err != nil {
+			clearIntent(spec.IntentDir, spec.Name)
 			if errors.Is(err, unix.EEXIST) {
 				return CreateBridge(ctx, spec) // lost a race: adopt or refuse
 			}
@@ -58,8 +70,10 @@ func CreateBridge(ctx context.Context, spec BridgeSpec) error {
 		// without it by a crash in between is never adopted or deleted (no marker).
 		if err := netlink.LinkSetAlias(br, marker); err != nil {
 			_ = netlink.LinkDel(br)
+			clearIntent(spec.IntentDir, spec.Name)
 			return fmt.Errorf("bridge %s: mark: %w", spec.Name, err)
 		}
+		clearIntent(spec.IntentDir, spec.Name)
 	default:
 		return fmt.Errorf("bridge %s: %w: %w", spec.Name, driver.ErrUnavailable, err)
 	}
@@ -118,15 +132,24 @@ func ObserveBridge(ctx context.Context, name string, owner substrate.Owner) (sub
 // DeleteBridge removes the bridge and its forward-accept rule after checking the marker. A
 // missing bridge is not an error (its rule, if any, is still removed).
 func DeleteBridge(ctx context.Context, name string, owner substrate.Owner) error {
+	return DeleteBridgeWithIntents(ctx, name, owner, "")
+}
+
+// DeleteBridgeWithIntents is DeleteBridge for callers that create with BridgeSpec.IntentDir: an
+// unmarked bridge that an intent of exactly owner names is deleted too, and the intent removed.
+func DeleteBridgeWithIntents(ctx context.Context, name string, owner substrate.Owner, intentDir string) error {
 	link, err := netlink.LinkByName(name)
 	if isNotFound(err) {
+		clearIntent(intentDir, name)
 		return RemoveForwardAccept(name, owner)
 	}
 	if err != nil {
 		return fmt.Errorf("bridge %s: %w: %w", name, driver.ErrUnavailable, err)
 	}
-	if err := checkOwned("bridge", link, owner); err != nil {
-		return err
+	if !adoptUnmarked(intentDir, "bridge", name, link.Attrs().Alias, owner) {
+		if err := checkOwned("bridge", link, owner); err != nil {
+			return err
+		}
 	}
 	if err := RemoveForwardAccept(name, owner); err != nil {
 		return fmt.Errorf("bridge %s: %w", name, err)
@@ -134,6 +157,7 @@ func DeleteBridge(ctx context.Context, name string, owner substrate.Owner) error
 	if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
 		return fmt.Errorf("bridge %s: delete: %w", name, err)
 	}
+	clearIntent(intentDir, name)
 	return nil
 }
 

@@ -27,6 +27,9 @@ type VethSpec struct {
 	IPv4     []string         // prefixes set on the node side, "198.51.100.10/24"
 	MTU      int              // 0: the bridge's MTU
 	Owner    substrate.Owner  // the node's anchors
+	// IntentDir, when set, holds intent records that let a re-run adopt (replace) a pair created
+	// by a process killed before it could mark it (see intent.go).
+	IntentDir string
 }
 
 // Veth is a wired pair as created; drivers keep it in their private attachment envelope.
@@ -67,8 +70,10 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	}
 	marker := spec.Owner.Marker()
 	if old, err := netlink.LinkByName(spec.HostName); err == nil {
-		if err := checkOwned("veth", old, spec.Owner); err != nil {
-			return Veth{}, err
+		if !adoptUnmarked(spec.IntentDir, "veth", spec.HostName, old.Attrs().Alias, spec.Owner) {
+			if err := checkOwned("veth", old, spec.Owner); err != nil {
+				return Veth{}, err
+			}
 		}
 		if err := netlink.LinkDel(old); err != nil && !isNotFound(err) {
 			return Veth{}, fmt.Errorf("%s: remove leftover: %w", where, err)
@@ -105,7 +110,11 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 		PeerNamespace:    netlink.NsFd(int(ns)),
 		PeerMTU:          uint32(mtu),
 	}
+	if err := writeIntent(spec.IntentDir, spec.HostName, spec.Owner); err != nil {
+		return Veth{}, fmt.Errorf("%s: %w", where, err)
+	}
 	if err := netlink.LinkAdd(v); err != nil {
+		clearIntent(spec.IntentDir, spec.HostName)
 		if errors.Is(err, unix.EEXIST) {
 			return Veth{}, fmt.Errorf("%s: create: name taken in host or node namespace: %w", where, err)
 		}
@@ -116,6 +125,7 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 		if !ok {
 			_ = netlink.LinkDel(v)
 		}
+		clearIntent(spec.IntentDir, spec.HostName)
 	}()
 	if err := netlink.LinkSetAlias(v, marker); err != nil { // ignored on creation by the kernel
 		return Veth{}, fmt.Errorf("%s: mark: %w", where, err)
@@ -223,19 +233,29 @@ func ObserveVeth(ctx context.Context, v Veth, owner substrate.Owner) (substrate.
 
 // DeleteVeth removes the pair after checking the host side's marker; a missing pair is fine.
 func DeleteVeth(ctx context.Context, hostName string, owner substrate.Owner) error {
+	return DeleteVethWithIntents(ctx, hostName, owner, "")
+}
+
+// DeleteVethWithIntents is DeleteVeth for callers that create with VethSpec.IntentDir: an
+// unmarked pair that an intent of exactly owner names is deleted too, and the intent removed.
+func DeleteVethWithIntents(ctx context.Context, hostName string, owner substrate.Owner, intentDir string) error {
 	link, err := netlink.LinkByName(hostName)
 	if isNotFound(err) {
+		clearIntent(intentDir, hostName)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("veth %s: %w: %w", hostName, driver.ErrUnavailable, err)
 	}
-	if err := checkOwned("veth", link, owner); err != nil {
-		return err
+	if !adoptUnmarked(intentDir, "veth", hostName, link.Attrs().Alias, owner) {
+		if err := checkOwned("veth", link, owner); err != nil {
+			return err
+		}
 	}
 	if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
 		return fmt.Errorf("veth %s: delete: %w", hostName, err)
 	}
+	clearIntent(intentDir, hostName)
 	return nil
 }
 

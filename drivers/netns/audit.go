@@ -14,6 +14,7 @@ import (
 // forward-accept rules.
 func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Object, error) {
 	var out []substrate.Object
+	listed := map[string]bool{}
 	ents, err := os.ReadDir(d.NetnsDir)
 	if err != nil && !os.IsNotExist(err) {
 		return nil, err
@@ -25,6 +26,7 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 		}
 		if o, err := nsMarker(d.ns(e.Name())); err == nil && o.Topology == topology {
 			out = append(out, substrate.Object{Kind: "netns", ExternalID: e.Name(), Owner: o})
+			listed[e.Name()] = true
 		}
 	}
 	scs, err := os.ReadDir(d.StateDir)
@@ -40,10 +42,15 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 		if err != nil {
 			continue
 		}
-		if o, err := ownerFromSidecar(sc); err == nil && o.Topology == topology && !isNetnsMount(d.nsPath(name)) {
+		if o, err := ownerFromSidecar(sc); err == nil && o.Topology == topology && !listed[name] {
 			out = append(out, substrate.Object{Kind: "netns-sidecar", ExternalID: d.sidecarPath(name), Owner: o})
 		}
 	}
+	intents, err := linuxnet.Intents(d.intentDir(), topology)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, intents...)
 	host, err := linuxnet.HostResidue(ctx, topology)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package netns
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strconv"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
@@ -30,6 +31,9 @@ type Driver struct {
 	// StateDir holds sidecar records and main-process logs (default /run/sysbox/netns).
 	StateDir string
 }
+
+// intentDir holds linuxnet intent records for links this driver creates.
+func (d *Driver) intentDir() string { return filepath.Join(d.StateDir, "intents") }
 
 // New returns the driver with default directories.
 func New() *Driver { return &Driver{NetnsDir: "/run/netns", StateDir: "/run/sysbox/netns"} }

@@ -18,7 +18,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, spec substrate.NetworkSpec) 
 		}
 	}
 	name := BridgeName(spec.Owner)
-	if err := linuxnet.CreateBridge(ctx, linuxnet.BridgeSpec{Name: name, MTU: spec.MTU, Owner: spec.Owner}); err != nil {
+	if err := linuxnet.CreateBridge(ctx, linuxnet.BridgeSpec{Name: name, MTU: spec.MTU, Owner: spec.Owner, IntentDir: d.intentDir()}); err != nil {
 		return substrate.Handle{}, fmt.Errorf("network %s: %w", spec.Owner.Address, err)
 	}
 	return substrate.Handle{Driver: Name, ExternalID: name, Private: encode(private{Kind: kindNetwork, Bridge: name, IPv4CIDR: spec.IPv4CIDR})}, nil
@@ -39,7 +39,7 @@ func (d *Driver) DeleteNetwork(ctx context.Context, h substrate.Handle, owner su
 	if err != nil {
 		return fmt.Errorf("network %s: %w", owner.Address, err)
 	}
-	if err := linuxnet.DeleteBridge(ctx, p.Bridge, owner); err != nil {
+	if err := linuxnet.DeleteBridgeWithIntents(ctx, p.Bridge, owner, d.intentDir()); err != nil {
 		return fmt.Errorf("network %s: %w", owner.Address, err)
 	}
 	return nil

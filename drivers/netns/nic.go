@@ -37,6 +37,8 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 		IPv4:     spec.IPv4,
 		MTU:      spec.MTU,
 		Owner:    spec.Owner,
+
+		IntentDir: d.intentDir(),
 	})
 	if err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", where, err)
@@ -62,7 +64,7 @@ func (d *Driver) Detach(ctx context.Context, node substrate.Handle, st substrate
 	if err != nil {
 		return fmt.Errorf("node %s: attachment %q: %w", owner.Address, st.Name, err)
 	}
-	if err := linuxnet.DeleteVeth(ctx, p.Veth.HostName, owner); err != nil {
+	if err := linuxnet.DeleteVethWithIntents(ctx, p.Veth.HostName, owner, d.intentDir()); err != nil {
 		return fmt.Errorf("node %s: attachment %q: %w", owner.Address, st.Name, err)
 	}
 	return nil

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,24 +31,39 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	name := NetnsName(spec.Owner)
 	path := d.nsPath(name)
 	where := fmt.Sprintf("node %s: netns %s", spec.Owner.Address, name)
-	if _, err := os.Stat(path); err == nil {
-		if !isNetnsMount(path) {
+	create := true
+	if fi, err := os.Stat(path); err == nil {
+		create = false
+		pending := d.pendingFor(name, spec.Owner)
+		switch {
+		case !isNetnsMount(path) && pending && fi.Mode().IsRegular() && fi.Size() == 0:
+			// Our own placeholder from a run killed before the bind mount: reuse the name.
+			if err := os.Remove(path); err != nil {
+				return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+			}
+			create = true
+		case !isNetnsMount(path):
 			return substrate.Handle{}, fmt.Errorf("%s: %s exists but is not a mounted namespace: %w", where, path, driver.ErrNotOwned)
+		case pending && unmarked(d.ns(name)):
+			// Created by a run killed before it could mark it; the intent proves it is ours.
+			if err := d.initNs(name, spec.Owner); err != nil {
+				return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+			}
+		default:
+			if err := checkNsOwned(d.ns(name), spec.Owner); err != nil {
+				return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+			}
 		}
-		if err := checkNsOwned(d.ns(name), spec.Owner); err != nil {
+	}
+	if create {
+		// Intent first: a sidecar with the marker and no inode yet.
+		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, HasCommand: len(spec.Command) > 0}); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
-	} else {
 		if err := createNamedNetns(path); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
-		if err := setNsMarker(d.ns(name), spec.Owner); err != nil {
-			_ = removeNamedNetns(path)
-			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
-		}
-		// A new namespace copies ip_forward from the host (on wherever dockerd runs); a node
-		// forwards only when a sysbox_router says so.
-		if err := linuxnet.SetSysctl(d.ns(name), "net.ipv4.ip_forward", "0"); err != nil {
+		if err := d.initNs(name, spec.Owner); err != nil {
 			_ = removeNamedNetns(path)
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
@@ -62,6 +79,32 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 		}
 	}
 	return substrate.Handle{Driver: Name, ExternalID: name, Private: encode(private{Kind: kindNode, Netns: name, NsInode: ino})}, nil
+}
+
+// initNs marks a fresh namespace and turns forwarding off: a new namespace copies ip_forward
+// from the host (on wherever dockerd runs); a node forwards only when a sysbox_router says so.
+func (d *Driver) initNs(name string, owner substrate.Owner) error {
+	if err := setNsMarker(d.ns(name), owner); err != nil {
+		return err
+	}
+	return linuxnet.SetSysctl(d.ns(name), "net.ipv4.ip_forward", "0")
+}
+
+// pendingFor reports whether the sidecar records an unfinished creation of name by exactly owner.
+func (d *Driver) pendingFor(name string, owner substrate.Owner) bool {
+	sc, err := d.readSidecar(name)
+	return err == nil && sc.NsInode == 0 && sc.Marker == owner.Marker()
+}
+
+// unmarked reports whether the namespace's loopback carries no alias at all.
+func unmarked(ns linuxnet.Netns) bool {
+	nh, err := ns.Netlink()
+	if err != nil {
+		return false
+	}
+	defer nh.Close()
+	lo, err := nh.LinkByName("lo")
+	return err == nil && lo.Attrs().Alias == ""
 }
 
 // NodeNetns implements linuxnet.NamespaceResolver.
@@ -257,8 +300,10 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if !isNetnsMount(path) {
 		return fmt.Errorf("%s: %s is not a mounted namespace: %w", where, path, driver.ErrNotOwned)
 	}
-	if err := checkNsOwned(d.ns(p.Netns), owner); err != nil {
-		return fmt.Errorf("%s: %w", where, err)
+	if !(d.pendingFor(p.Netns, owner) && unmarked(d.ns(p.Netns))) {
+		if err := checkNsOwned(d.ns(p.Netns), owner); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
 	}
 	ino, err := nsInode(path)
 	if err != nil {
@@ -274,8 +319,15 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
+	if intents, err := linuxnet.Intents(d.intentDir(), owner.Topology); err == nil {
+		for _, in := range intents {
+			if in.Owner.Equal(owner) {
+				links = append(links, strings.TrimSuffix(filepath.Base(in.ExternalID), ".intent"))
+			}
+		}
+	}
 	for _, l := range links {
-		if err := linuxnet.DeleteVeth(ctx, l, owner); err != nil {
+		if err := linuxnet.DeleteVethWithIntents(ctx, l, owner, d.intentDir()); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 	}

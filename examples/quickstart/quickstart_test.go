@@ -1,0 +1,240 @@
+// Package quickstart_test runs the quickstart topology through the real sysbox binary on the
+// real kernel (kernel tier): a full apply, traffic and firewall checks, destroy with a clean
+// audit; and SIGKILL of apply at several points followed by recover to a working lab.
+package quickstart_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"zyvor.dev/sysbox/drivers/netns"
+	"zyvor.dev/sysbox/drivers/nftables"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/testenv"
+)
+
+type lab struct {
+	t       *testing.T
+	bin     string
+	dir     string
+	busybox string
+}
+
+var builtBin, binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func sysboxBinary(t *testing.T) string {
+	t.Helper()
+	if builtBin != "" {
+		return builtBin
+	}
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	var err error
+	if binDir, err = os.MkdirTemp("", "sysbox-quickstart-"); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(binDir, "sysbox")
+	cmd := exec.Command(gobin, "build", "-o", out, "./cmd/sysbox")
+	cmd.Dir = "../.."
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build sysbox: %v\n%s", err, b)
+	}
+	builtBin = out
+	return out
+}
+
+func newLab(t *testing.T) *lab {
+	t.Helper()
+	testenv.RequireRoot(t)
+	bb := testenv.RequireBinary(t, "busybox")
+	l := &lab{t: t, bin: sysboxBinary(t), dir: t.TempDir(), busybox: bb}
+	src, err := os.ReadFile("main.sysbox.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(l.dir, "main.sysbox.hcl"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever happened, leave nothing: destroy, then scrub by lineage if needed.
+		_, _ = l.sysbox(60*time.Second, "destroy", "-auto-approve")
+		if lin := l.lineage(); lin != "" {
+			if objs := residue(lin); len(objs) > 0 {
+				t.Errorf("residue after cleanup destroy: %v", objs)
+			}
+		}
+	})
+	return l
+}
+
+func (l *lab) sysbox(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	args = append([]string{"--chdir", l.dir, "--no-color"}, args...)
+	if len(args) > 3 && (args[3] == "apply" || args[3] == "destroy" || args[3] == "recover" || args[3] == "reset") {
+		args = append(args, "-var", "busybox="+l.busybox)
+	}
+	cmd := exec.CommandContext(ctx, l.bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func (l *lab) must(args ...string) string {
+	l.t.Helper()
+	out, err := l.sysbox(60*time.Second, args...)
+	if err != nil {
+		l.t.Fatalf("sysbox %v: %v\n%s", args, err, out)
+	}
+	return out
+}
+
+// fetch runs wget in the client; allowed reports whether it answered. Listeners start
+// asynchronously, so an expected success is retried for a few seconds.
+func (l *lab) fetch(url string, expectOK bool) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := l.sysbox(4*time.Second, "exec", "sysbox_node.client", "--", l.busybox, "wget", "-q", "-O", "/dev/null", url)
+		if err == nil || !expectOK || time.Now().After(deadline) {
+			return err == nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (l *lab) lineage() string {
+	b, err := os.ReadFile(filepath.Join(l.dir, ".sysbox", "state"))
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Lineage string `json:"lineage"`
+	}
+	_ = json.Unmarshal(b, &st)
+	return st.Lineage
+}
+
+func residue(topology string) []string {
+	reg := driver.NewRegistry()
+	nd := netns.New()
+	_ = reg.Register(nd)
+	pd := nftables.New(reg)
+	var out []string
+	for _, a := range []driver.Auditor{nd, pd} {
+		objs, err := a.Residue(context.Background(), topology)
+		if err != nil {
+			out = append(out, "audit error: "+err.Error())
+		}
+		for _, o := range objs {
+			out = append(out, o.Kind+" "+o.ExternalID)
+		}
+	}
+	return out
+}
+
+// checkLab asserts what the quickstart promises.
+func (l *lab) checkLab() {
+	l.t.Helper()
+	if !l.fetch("http://203.0.113.10:8080/copyright", true) {
+		l.t.Errorf("client → server:8080 through the router: blocked, want allowed")
+	}
+	if l.fetch("http://203.0.113.10:9090/copyright", false) {
+		l.t.Errorf("client → server:9090: reachable, want blocked by the firewall")
+	}
+	out := l.must("refresh")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(line, "sysbox_") && !strings.HasSuffix(line, ": present") {
+			l.t.Errorf("refresh: %q, want present", line)
+		}
+	}
+}
+
+func TestKernelQuickstartApplyDestroy(t *testing.T) {
+	l := newLab(t)
+	l.must("apply", "-auto-approve")
+	l.checkLab()
+	lin := l.lineage()
+	if objs := residue(lin); len(objs) == 0 {
+		t.Fatalf("audit before destroy found nothing for lineage %s: the check would prove nothing", lin)
+	}
+	out := l.must("destroy", "-auto-approve")
+	if !strings.Contains(out, "no object carries this topology's markers") {
+		t.Errorf("destroy output lacks a clean residue audit:\n%s", out)
+	}
+	if objs := residue(lin); len(objs) != 0 {
+		t.Errorf("residue after destroy: %v", objs)
+	}
+}
+
+// TestKernelQuickstartKillAndRecover SIGKILLs `sysbox apply` after its k-th progress line, then
+// runs `sysbox recover` and `sysbox apply` and expects a working lab and a clean destroy.
+func TestKernelQuickstartKillAndRecover(t *testing.T) {
+	for _, k := range []int{1, 3, 5, 8, 11} {
+		t.Run(fmt.Sprintf("after-line-%d", k), func(t *testing.T) {
+			l := newLab(t)
+			killed := l.applyKilledAfter(k)
+			t.Logf("killed=%v", killed)
+			out := l.must("recover")
+			t.Logf("recover:\n%s", out)
+			if again := l.must("recover"); strings.Contains(again, "Recovered") {
+				t.Errorf("second recover did something:\n%s", again)
+			}
+			l.must("apply", "-auto-approve")
+			l.checkLab()
+			lin := l.lineage()
+			l.must("destroy", "-auto-approve")
+			if objs := residue(lin); len(objs) != 0 {
+				t.Errorf("residue after destroy: %v", objs)
+			}
+		})
+	}
+}
+
+// applyKilledAfter starts apply and SIGKILLs it after the k-th progress line ("…: Creating..."
+// or "…: Creation complete…"). It reports whether the kill happened before apply finished.
+func (l *lab) applyKilledAfter(k int) bool {
+	l.t.Helper()
+	cmd := exec.Command(l.bin, "--chdir", l.dir, "--no-color", "apply", "-auto-approve", "-var", "busybox="+l.busybox)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	n, killed := 0, false
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "sysbox_") && (strings.Contains(line, "Creating...") || strings.Contains(line, "Creation complete")) {
+			n++
+			if n == k {
+				_ = cmd.Process.Kill()
+				killed = true
+				break
+			}
+		}
+	}
+	_, _ = bufio.NewReader(stdout).ReadString(0)
+	_ = cmd.Wait()
+	return killed
+}
