@@ -51,8 +51,9 @@ func setupTestPin(t *testing.T, name string) string {
 		if err := unix.Mount("bpf", bpffsRoot, "bpf", 0, ""); err != nil {
 			t.Fatalf("mount bpffs at %s: %v", bpffsRoot, err)
 		}
-		t.Logf("mounted bpffs at %s", bpffsRoot)
-		t.Cleanup(func() { unix.Unmount(bpffsRoot, unix.MNT_DETACH) })
+		// Left mounted on purpose, as scripts/test-all and systemd do: unmounting it at the end
+		// would pull bpffs away from any other test or tool that started using it meanwhile.
+		t.Logf("mounted bpffs at %s (left mounted)", bpffsRoot)
 	}
 	if _, err := os.Stat(testPinDir); errors.Is(err, os.ErrNotExist) {
 		if err := os.Mkdir(testPinDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
