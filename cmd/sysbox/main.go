@@ -8,27 +8,12 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"zyvor.dev/sysbox/drivers/docker"
-	"zyvor.dev/sysbox/drivers/netns"
-	"zyvor.dev/sysbox/drivers/nftables"
 	"zyvor.dev/sysbox/internal/cli/sysbox"
-	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/plans"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "0.1.0-dev"
-
-// registry registers the built-in drivers. Constructing them contacts no daemon.
-func registry() (*driver.Registry, error) {
-	r := driver.NewRegistry()
-	for _, reg := range []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register} {
-		if err := reg(r); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
-}
 
 func main() {
 	if _, set := os.LookupEnv("GOGC"); !set {
@@ -42,7 +27,7 @@ func main() {
 		Environ: os.Environ(), LookupEnv: os.LookupEnv,
 		IsTTY:   sysbox.IsTerminal(os.Stdout),
 		Version: version,
-		Drivers: func() (plans.CapabilityChecker, error) { return registry() },
+		Drivers: func() (plans.CapabilityChecker, error) { return sysbox.DriverRegistry(os.LookupEnv) },
 	}
 	code := sysbox.Main(ctx, env, os.Args[1:])
 	stop()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/plans"
 )
 
@@ -88,10 +89,18 @@ func (app *App) makePlan(cmd *cobra.Command, f *planFlags) (*plans.Plan, error) 
 	if err != nil {
 		return nil, err
 	}
-	var caps plans.CapabilityChecker
+	// the same registry apply uses (including its test mode), so that a stored plan's driver
+	// fingerprint matches the one apply computes
+	reg, err := app.registry()
+	if err != nil {
+		return nil, err
+	}
+	var caps plans.CapabilityChecker = reg
 	if app.Env.Drivers != nil {
-		if caps, err = app.Env.Drivers(); err != nil {
+		if c, err := app.Env.Drivers(); err != nil {
 			return nil, fmt.Errorf("drivers: %w", err)
+		} else if _, isReg := c.(*driver.Registry); !isReg {
+			caps = c // a test's capability fake
 		}
 	}
 	pl := &plans.Planner{Handlers: l.reg, Capabilities: caps, ToolVersion: app.Env.Version}
