@@ -84,7 +84,8 @@ type OpState struct {
 	Artifact *substrate.ArtifactIdentity `json:"artifact_identity,omitempty"`
 	Error    string                      `json:"error,omitempty"`
 
-	written bool // at least one record of this operation is durable
+	written bool      // at least one record of this operation is durable
+	started time.Time // when this process started working on it (progress only)
 }
 
 // PriorObject is the existing object an operation removes.

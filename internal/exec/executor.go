@@ -288,6 +288,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 		ops[i] = r.begin(&actions[i])
 	}
 	failed := r.walk(ctx, actions, ops, false)
+	r.pending.Wait()
 	res.Failed = failed
 	for _, op := range ops {
 		if op != nil && op.Step == StepDone {
@@ -305,7 +306,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 		}
 	}
 	res.Serial = r.sv.serial()
-	res.StateSaves = r.sv.saves
+	res.StateSaves = r.sv.savesDone()
 	res.Checkpoint = log.Stats()
 	if r.fatal != nil || r.unfinished(ops) {
 		// Not finished: the log stays for recovery.
@@ -331,8 +332,9 @@ type run struct {
 	fingerprint string
 	recovering  bool
 
-	mu    sync.Mutex
-	fatal error // a failure that leaves the run unfinished (checkpoint or state save failed)
+	mu      sync.Mutex
+	fatal   error          // a failure that leaves the run unfinished (checkpoint or state save failed)
+	pending sync.WaitGroup // operations waiting for their state save
 }
 
 func (r *run) setFatal(err error) {
@@ -678,19 +680,47 @@ func (r *run) stateResource(op *OpState, obs substrate.Observation) *states.Reso
 	return res
 }
 
-// save commits op's resulting object into state.
+// save records op's resulting object in the working state and finishes op (its Done record
+// and progress event) once the state save including it is durable. It does not wait: the
+// operation's checkpoint already holds everything recovery needs to save it again.
 func (r *run) save(ctx context.Context, op *OpState, obs substrate.Observation) error {
 	res := r.stateResource(op, obs)
-	err := r.sv.commit(ctx, func(st *states.State) {
+	r.pending.Add(1)
+	r.sv.commitAsync(ctx, setResource(res), func(err error) {
+		defer r.pending.Done()
+		if err != nil {
+			r.setFatal(err)
+			return
+		}
+		r.finish(op)
+	})
+	return nil
+}
+
+// saveSync records op's object and waits until it is durable.
+func (r *run) saveSync(ctx context.Context, op *OpState, obs substrate.Observation) error {
+	if err := r.sv.commit(ctx, setResource(r.stateResource(op, obs))); err != nil {
+		r.setFatal(err)
+		return err
+	}
+	return nil
+}
+
+func setResource(res *states.Resource) func(st *states.State) {
+	return func(st *states.State) {
 		if p := st.Resource(res.Addr); p != nil && p.Owner.Equal(res.Owner) {
 			res.CreatedAt = p.CreatedAt
 		}
 		st.Set(res)
-	})
-	if err != nil {
-		r.setFatal(err)
 	}
-	return err
+}
+
+// finish writes op's Done record and reports it.
+func (r *run) finish(op *OpState) {
+	if err := r.ck(op, StepDone); err != nil {
+		return
+	}
+	r.event(Event{Addr: op.Addr, Op: op.Op, Phase: "done", Elapsed: time.Since(op.started)})
 }
 
 // unknownErr turns an Unknown observation into an error that stops the run.

@@ -19,7 +19,7 @@ import (
 
 // removePart deletes op's prior object (delete, and the first half of replace).
 func (r *run) removePart(ctx context.Context, op *OpState) error {
-	start := time.Now()
+	op.started = time.Now()
 	if op.Step == StepBegin {
 		if err := r.ck(op, StepBegin); err != nil {
 			return err
@@ -30,16 +30,20 @@ func (r *run) removePart(ctx context.Context, op *OpState) error {
 		return r.fail(ctx, op, err)
 	}
 	a := &op.Action
-	if err := r.sv.commit(ctx, func(st *states.State) { st.Remove(a.Addr) }); err != nil {
-		r.setFatal(err)
-		return err
+	remove := func(st *states.State) { st.Remove(a.Addr) }
+	if op.Op != OpDelete {
+		r.sv.commitAsync(ctx, remove, nil) // replace: the create half saves again
+		return nil
 	}
-	if op.Op == OpDelete {
-		if err := r.ck(op, StepDone); err != nil {
-			return err
+	r.pending.Add(1)
+	r.sv.commitAsync(ctx, remove, func(err error) {
+		defer r.pending.Done()
+		if err != nil {
+			r.setFatal(err)
+			return
 		}
-		r.event(Event{Addr: op.Addr, Op: op.Op, Phase: "done", Elapsed: time.Since(start)})
-	}
+		r.finish(op)
+	})
 	return nil
 }
 
@@ -110,8 +114,12 @@ func (r *run) removeNode(ctx context.Context, op *OpState, p *PriorObject) error
 }
 
 // createPart makes op's new object (create, replace's second half, update, read) or resets.
+// Except for reset, which saves synchronously, the operation is finished (Done) by the state
+// save that includes its result.
 func (r *run) createPart(ctx context.Context, op *OpState) error {
-	start := time.Now()
+	if op.started.IsZero() {
+		op.started = time.Now()
+	}
 	if op.Step == StepBegin {
 		if err := r.ck(op, StepBegin); err != nil {
 			return err
@@ -143,10 +151,9 @@ func (r *run) createPart(ctx context.Context, op *OpState) error {
 		}
 		return r.fail(ctx, op, err)
 	}
-	if err := r.ck(op, StepDone); err != nil {
-		return err
+	if op.Op == OpReset {
+		r.finish(op)
 	}
-	r.event(Event{Addr: op.Addr, Op: op.Op, Phase: "done", Elapsed: time.Since(start)})
 	return nil
 }
 
@@ -437,7 +444,7 @@ func (r *run) keepFailed(ctx context.Context, op *OpState, cause error) error {
 	if errors.Is(cause, ErrUnknownObservation) || op.Handle == nil || r.fatalErr() != nil {
 		return cause
 	}
-	if err := r.save(ctx, op, substrate.Observation{Status: substrate.Degraded, Reason: cause.Error()}); err != nil {
+	if err := r.saveSync(ctx, op, substrate.Observation{Status: substrate.Degraded, Reason: cause.Error()}); err != nil {
 		return errors.Join(cause, err)
 	}
 	return cause

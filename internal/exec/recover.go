@@ -113,6 +113,7 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 		}
 	}
 	failed := r.walk(ctx, actions, ops, true)
+	r.pending.Wait()
 	for i, op := range it.Ops {
 		o := OpOutcome{Addr: op.Addr, Op: op.Op, From: from[i]}
 		switch {

@@ -23,29 +23,35 @@ type StateStore interface {
 	Snapshot(ctx context.Context, reason string) error
 }
 
-// saver holds the run's working state and group-commits saves: workers change the working
-// state under the mutex, and each waits until a save that includes its change has succeeded.
-// Concurrent workers share one CAS save.
+// saver holds the run's working state and group-commits saves. A change is applied to the
+// working state at once (later operations see it) and saved by a background loop: every
+// change that arrived while a save was in flight goes into the next save, so concurrent
+// workers share one CAS save. Callers that must not go on before their change is durable use
+// commit; the others pass a callback that runs once the save including their change succeeded
+// (or failed).
 type saver struct {
 	store StateStore
 	now   func() time.Time
 
 	mu       sync.Mutex
-	cond     *sync.Cond
 	st       *states.State // working state
 	stored   uint64        // serial stored
 	gen      uint64        // bumped by every change
 	savedGen uint64
 	saving   bool
-	err      error
+	cbs      []pendingSave
+	err      error // sticky
 	saves    int
 	fp       *failpoint
 }
 
+type pendingSave struct {
+	gen uint64
+	fn  func(error)
+}
+
 func newSaver(store StateStore, st *states.State, now func() time.Time) *saver {
-	s := &saver{store: store, st: st, stored: st.Serial, now: now, fp: failpointFromEnv()}
-	s.cond = sync.NewCond(&s.mu)
-	return s
+	return &saver{store: store, st: st, stored: st.Serial, now: now, fp: failpointFromEnv()}
 }
 
 // view runs fn with the working state under the lock (fn must not keep references).
@@ -55,19 +61,41 @@ func (s *saver) view(fn func(st *states.State)) {
 	fn(s.st)
 }
 
-// commit applies change to the working state and returns once it is durably saved.
+// commit applies change and returns once it is durably saved.
 func (s *saver) commit(ctx context.Context, change func(st *states.State)) error {
+	ch := make(chan error, 1)
+	s.commitAsync(ctx, change, func(err error) { ch <- err })
+	return <-ch
+}
+
+// commitAsync applies change and arranges for fn (may be nil) to be called, on its own
+// goroutine, once a save including the change has succeeded or saving has failed.
+func (s *saver) commitAsync(ctx context.Context, change func(st *states.State), fn func(error)) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	change(s.st)
 	s.gen++
-	my := s.gen
-	for s.savedGen < my && s.err == nil {
-		if s.saving {
-			s.cond.Wait()
-			continue
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		if fn != nil {
+			go fn(err)
 		}
+		return
+	}
+	if fn != nil {
+		s.cbs = append(s.cbs, pendingSave{gen: s.gen, fn: fn})
+	}
+	if !s.saving {
 		s.saving = true
+		go s.loop(ctx)
+	}
+	s.mu.Unlock()
+}
+
+// loop saves until every change is durable (or a save fails).
+func (s *saver) loop(ctx context.Context) {
+	s.mu.Lock()
+	for s.savedGen < s.gen && s.err == nil {
 		g := s.gen
 		snap := s.st.Clone()
 		snap.Serial = s.stored + 1
@@ -76,7 +104,6 @@ func (s *saver) commit(ctx context.Context, change func(st *states.State)) error
 		s.mu.Unlock()
 		err := s.store.Save(ctx, snap, prev)
 		s.mu.Lock()
-		s.saving = false
 		if err != nil {
 			s.err = fmt.Errorf("save state (serial %d → %d): %w", prev, snap.Serial, err)
 		} else {
@@ -86,9 +113,25 @@ func (s *saver) commit(ctx context.Context, change func(st *states.State)) error
 			s.saves++
 			s.fp.hit("state")
 		}
-		s.cond.Broadcast()
+		var ready []func(error)
+		keep := s.cbs[:0]
+		for _, cb := range s.cbs {
+			if s.err != nil || cb.gen <= g {
+				ready = append(ready, cb.fn)
+			} else {
+				keep = append(keep, cb)
+			}
+		}
+		s.cbs = keep
+		e := s.err
+		s.mu.Unlock()
+		for _, fn := range ready {
+			go fn(e)
+		}
+		s.mu.Lock()
 	}
-	return s.err
+	s.saving = false
+	s.mu.Unlock()
 }
 
 // serial returns the stored serial.
@@ -96,4 +139,11 @@ func (s *saver) serial() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stored
+}
+
+// stats returns the number of saves.
+func (s *saver) savesDone() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.saves
 }
