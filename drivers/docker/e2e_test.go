@@ -16,6 +16,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 
 	"zyvor.dev/sysbox/drivers/docker/imagetest"
 	"zyvor.dev/sysbox/internal/testenv"
@@ -233,6 +234,15 @@ func TestDaemonRestartMidApplyRecovered(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(l.dir, "main.sysbox.hcl"), []byte(fmt.Sprintf(e2eTopology, l.web)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	imgDigest, _, err := hashFile(filepath.Join(l.dir, "busybox-rootfs.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Artifacts stay in the daemon as a content-addressed cache after destroy; the test's
+		// image is unique to it, so it goes.
+		_, _ = d.cli.ImageRemove(context.Background(), artifactTag(imgDigest), image.RemoveOptions{Force: true, PruneChildren: true})
+	})
 	t.Cleanup(func() {
 		if out, err := l.run(nil, "destroy", "-auto-approve"); err != nil {
 			t.Logf("clean-up destroy: %v\n%s", err, out)
