@@ -117,6 +117,13 @@ type Snapshotter interface {
 	ReadSnapshot(ctx context.Context, id string) (*states.State, error)
 }
 
+// SerialReader reports the stored state's serial and lineage from its header alone, even when
+// the rest of the document is damaged (so a snapshot can be restored over it by CAS). A stored
+// document of an unknown format version is an error: it is never overwritten.
+type SerialReader interface {
+	StoredSerial(ctx context.Context) (serial uint64, lineage string, exists bool, err error)
+}
+
 // SnapshotPruner removes all but the newest keep snapshots.
 type SnapshotPruner interface {
 	PruneSnapshots(ctx context.Context, keep int) (removed int, err error)

@@ -88,6 +88,7 @@ func Run(t *testing.T, h Harness) {
 		{"Deletion", testDeletion},
 		{"ManagerTxn", testManager},
 		{"DamagedStateRefused", testDamaged},
+		{"RestoreSnapshot", testRestore},
 		{"ProcessLockHolder", testProcessLock},
 		{"ProcessCrashedHolder", testProcessCrash},
 		{"ProcessConcurrentCAS", testProcessCAS},
@@ -541,6 +542,63 @@ func testDamaged(t *testing.T, h Harness) {
 			}
 			locker(t, b).Unlock(ctx, id)
 		})
+	}
+}
+
+func testRestore(t *testing.T, h Harness) {
+	ctx := context.Background()
+	b, s := fresh(t, h)
+	m := backend.NewManager(b, backend.Options{})
+	good := newState(3)
+	if err := writer(t, b).Save(ctx, good, 0); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := b.(backend.Snapshotter).Snapshot(ctx, "before destroy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A later, good state: restore keeps it as a snapshot of its own.
+	later := good.Clone()
+	later.Resources = later.Resources[:1]
+	later.Serial = 2
+	if err := writer(t, b).Save(ctx, later, 1); err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.Restore(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, b)
+	if got.Serial != 3 || st.Serial != 3 || len(got.Resources) != 3 || got.Lineage != good.Lineage {
+		t.Fatalf("after restore: got serial %d with %d resources, want serial 3 with the snapshot's 3", got.Serial, len(got.Resources))
+	}
+	if list, _ := b.(backend.Snapshotter).Snapshots(ctx); len(list) != 2 || list[1].Serial != 2 {
+		t.Fatalf("got snapshots %+v, want the restored-over serial 2 kept", list)
+	}
+	// Over a damaged current document (a torn tail): restore repairs it.
+	doc := encode(t, got)
+	h.WriteRaw(t, s, []byte(doc[:len(doc)*3/4]))
+	if _, err := b.Read(ctx); !errors.Is(err, durable.ErrCorrupt) {
+		t.Fatalf("damaged: got %v, want ErrCorrupt", err)
+	}
+	if _, err := m.Restore(ctx, snap.ID); err != nil {
+		t.Fatalf("restore over a damaged state: %v", err)
+	}
+	if got := read(t, b); got.Serial != 4 || len(got.Resources) != 3 {
+		t.Fatalf("after repair: got serial %d with %d resources, want 4 and 3", got.Serial, len(got.Resources))
+	}
+	// Never over a newer sysbox's state, never across lineages.
+	h.WriteRaw(t, s, []byte(strings.Replace(doc, `"format_version": 1`, `"format_version": 7`, 1)))
+	if _, err := m.Restore(ctx, snap.ID); !errors.Is(err, durable.ErrUnknownVersion) {
+		t.Fatalf("over a newer format: got %v, want ErrUnknownVersion", err)
+	}
+	other := newState(1)
+	h.WriteRaw(t, s, []byte(encode(t, other)))
+	if _, err := m.Restore(ctx, snap.ID); !errors.Is(err, backend.ErrConflict) {
+		t.Fatalf("over another lineage: got %v, want a lineage conflict", err)
+	}
+	if _, err := m.Restore(ctx, "12345"); err == nil {
+		t.Fatalf("restoring a missing snapshot: got nil error")
 	}
 }
 

@@ -51,6 +51,7 @@ var (
 	_ backend.Deleter     = (*Backend)(nil)
 
 	_ backend.SnapshotPruner = (*Backend)(nil)
+	_ backend.SerialReader   = (*Backend)(nil)
 )
 
 // DefaultPath is the state file used when no path is configured.
@@ -371,4 +372,10 @@ func (b *Backend) PruneSnapshots(ctx context.Context, keep int) (int, error) {
 		}
 	}
 	return removed, nil
+}
+
+// StoredSerial implements backend.SerialReader from the document's header.
+func (b *Backend) StoredSerial(ctx context.Context) (uint64, string, bool, error) {
+	h, ok, err := b.current()
+	return h.Serial, h.Lineage, ok, err
 }

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"zyvor.dev/sysbox/internal/backend"
 	"zyvor.dev/sysbox/internal/backend/backendtest"
+	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -63,6 +65,12 @@ func TestConformance(t *testing.T) {
 			defer b.Close()
 			if _, err := b.DB().Exec(`UPDATE sysbox_states SET data = $1 WHERE name = $2`, data, settings["name"]); err != nil {
 				t.Fatal(err)
+			}
+			// A row written by any sysbox has columns matching its document's header.
+			if h, err := states.ReadHeader(bytes.NewReader(data)); err == nil {
+				if _, err := b.DB().Exec(`UPDATE sysbox_states SET lineage = $1, serial = $2 WHERE name = $3`, h.Lineage, int64(h.Serial), settings["name"]); err != nil {
+					t.Fatal(err)
+				}
 			}
 		},
 	})

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -34,6 +35,12 @@ func TestConformance(t *testing.T) {
 			defer b.Close()
 			if _, err := b.DB().Exec(`UPDATE sysbox_states SET data = ? WHERE name = ?`, data, settings["name"]); err != nil {
 				t.Fatal(err)
+			}
+			// A row written by any sysbox has columns matching its document's header.
+			if h, err := states.ReadHeader(bytes.NewReader(data)); err == nil {
+				if _, err := b.DB().Exec(`UPDATE sysbox_states SET lineage = ?, serial = ? WHERE name = ?`, h.Lineage, int64(h.Serial), settings["name"]); err != nil {
+					t.Fatal(err)
+				}
 			}
 		},
 	})

@@ -17,6 +17,7 @@
 package sqlstore
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -65,6 +66,7 @@ var (
 	_ backend.Leaser        = (*Store)(nil)
 
 	_ backend.SnapshotPruner = (*Store)(nil)
+	_ backend.SerialReader   = (*Store)(nil)
 )
 
 // New creates the tables if needed and returns the store for the state called name. location
@@ -415,4 +417,24 @@ func (s *Store) PruneSnapshots(ctx context.Context, keep int) (int, error) {
 	}
 	n, _ := res.RowsAffected()
 	return int(n), nil
+}
+
+// StoredSerial implements backend.SerialReader from the row's columns; a document of an
+// unknown format version is refused.
+func (s *Store) StoredSerial(ctx context.Context) (uint64, string, bool, error) {
+	var serial int64
+	var lineage string
+	var data []byte
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT serial, lineage, data FROM sysbox_states WHERE name = ?`), s.name).Scan(&serial, &lineage, &data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", false, nil
+	}
+	if err != nil {
+		return 0, "", false, s.wrap("stored serial", err)
+	}
+	var uv *states.UnsupportedVersionError
+	if _, err := states.ReadHeader(bytes.NewReader(data)); errors.As(err, &uv) {
+		return 0, "", false, s.wrap("stored serial", err)
+	}
+	return uint64(serial), lineage, true, nil
 }
