@@ -48,8 +48,14 @@ func newStateCommand(app *App) *cobra.Command {
 	}
 	cmd.AddCommand(newStateListCommand(app), newStateShowCommand(app), newStateMvCommand(app),
 		newStateRmCommand(app), newStateForceUnlockCommand(app))
+	for _, sub := range stateSubcommands {
+		cmd.AddCommand(sub(app))
+	}
 	return cmd
 }
+
+// stateSubcommands are further `state` subcommands registered by other files.
+var stateSubcommands []func(*App) *cobra.Command
 
 // openStateBackend opens the backend named by --state or by the topology's substrate block.
 func (a *App) openStateBackend(ctx context.Context, sf *stateFlags) (backend.Backend, error) {

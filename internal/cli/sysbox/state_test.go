@@ -278,3 +278,35 @@ func TestForceUnlockOnLocalExplains(t *testing.T) {
 		t.Fatalf("got exit %d %q", code, errOut)
 	}
 }
+
+func TestStateSnapshotsAndRestore(t *testing.T) {
+	p, _ := seedState(t, labAddrs...)
+	if _, errOut, code := runCLI(t, t.TempDir(), "", "state", "rm", "--state", p, "sysbox_node.web[0]", "sysbox_network.lan"); code != 0 {
+		t.Fatalf("rm: %s", errOut)
+	}
+	out, errOut, code := runCLI(t, t.TempDir(), "", "state", "snapshots", "--state", p, "--json")
+	var list []backend.SnapshotInfo
+	if err := json.Unmarshal([]byte(out), &list); err != nil || code != 0 || len(list) != 1 || list[0].Serial != 1 || list[0].Reason != "state-rm" {
+		t.Fatalf("snapshots --json: exit %d %v %q %q", code, err, out, errOut)
+	}
+	out, _, _ = runCLI(t, t.TempDir(), "", "state", "snapshots", "--state", p)
+	if !strings.HasPrefix(out, "ID") || !strings.Contains(out, list[0].ID) {
+		t.Fatalf("snapshots: got %q", out)
+	}
+	// Damage the current state, then restore the snapshot taken before rm.
+	data, _ := os.ReadFile(p)
+	os.WriteFile(p, data[:len(data)-40], 0o600)
+	if _, errOut, code := runCLI(t, t.TempDir(), "", "state", "list", "--state", p); code != 1 || !strings.Contains(errOut, "corrupt") {
+		t.Fatalf("list of a damaged state: exit %d %q, want a corrupt-state error", code, errOut)
+	}
+	out, errOut, code = runCLI(t, t.TempDir(), "", "state", "restore", "--state", p, list[0].ID)
+	if code != 0 || !strings.Contains(out, "as state serial 3 (4 resources)") {
+		t.Fatalf("restore: exit %d %q %q", code, out, errOut)
+	}
+	if st := readState(t, p); st.Serial != 3 || len(st.Resources) != 4 {
+		t.Fatalf("after restore: serial %d, %d resources; want 3 and 4", st.Serial, len(st.Resources))
+	}
+	if _, errOut, code := runCLI(t, t.TempDir(), "", "state", "restore", "--state", p, "s9-20260101T000000.000000000Z-x"); code != 1 || !strings.Contains(errOut, "snapshot") {
+		t.Fatalf("missing snapshot: exit %d %q", code, errOut)
+	}
+}
