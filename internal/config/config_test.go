@@ -267,3 +267,59 @@ func TestSourcesDigestCoversEveryModuleFile(t *testing.T) {
 		t.Error("digest did not change with a module file")
 	}
 }
+
+func TestNestedModulesCountAndModuleDependsOn(t *testing.T) {
+	dir := write(t, map[string]string{
+		"main.sysbox.hcl": `
+module "a" {
+  source = "./a"
+  count  = 2
+  base   = count.index
+}
+resource "sysbox_node" "after" {
+  depends_on = [module.a]
+  hostname   = "n${length(module.a)}-${module.a[1].cidr == "198.18.1.0/24" ? "ok" : "bad"}"
+}`,
+		"a/a.sysbox.hcl": `
+variable "base" { type = number }
+module "b" {
+  source = "../b"
+  cidr   = cidrsubnet("198.18.0.0/16", 8, var.base)
+}
+output "cidr" { value = module.b.cidr }`,
+		"b/b.sysbox.hcl": `
+variable "cidr" { type = string }
+resource "sysbox_network" "n" { ipv4_cidr = var.cidr }
+output "cidr" { value = sysbox_network.n.ipv4_cidr }`,
+	})
+	top, diags := eval(t, dir, config.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	want := []string{
+		"sysbox_node.after",
+		"module.a[0].module.b.sysbox_network.n",
+		"module.a[1].module.b.sysbox_network.n",
+	}
+	if diff := cmp.Diff(want, addrsOf(top)); diff != "" {
+		t.Errorf("addresses (-want +got):\n%s", diff)
+	}
+	after := top.Resources[0]
+	if h := after.Config.(handlers.NodeConfig).Hostname; h != "n2-ok" {
+		t.Errorf("hostname from nested module outputs: got %q, want n2-ok", h)
+	}
+	if got := fmt.Sprint(after.DependsOn); got != "[module.a[0].module.b.sysbox_network.n module.a[1].module.b.sysbox_network.n]" {
+		t.Errorf("depends_on = [module.a]: got %s", got)
+	}
+}
+
+func TestModuleCallingItselfIsRejected(t *testing.T) {
+	dir := write(t, map[string]string{
+		"main.sysbox.hcl": `module "loop" { source = "./m" }`,
+		"m/m.sysbox.hcl":  `module "again" { source = "../m" }`,
+	})
+	_, diags := eval(t, dir, config.Options{})
+	if !diags.HasErrors() || !strings.Contains(diags.Error(), "Module calls itself") {
+		t.Errorf("got %v, want a module recursion error", diags)
+	}
+}
