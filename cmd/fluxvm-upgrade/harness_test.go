@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"zyvor.dev/sysbox/fluxvm/upgrade"
+	"zyvor.dev/sysbox/internal/testenv"
 )
 
 // The harness builds the real binary with -tags fluxvmtest (fake file-backed map store, SIGKILL
@@ -333,13 +334,16 @@ func TestCrashAtEveryStep(t *testing.T) {
 		failHealth string
 	}{{"succeeding", ""}, {"gamma-health-fails", "gamma"}}
 	recoveries := []string{"resume", "rollback", "reconcile"}
+	// Every crash point always runs. Every point × every recovery (3×) runs in CI
+	// (SYSBOX_TEST_REQUIRE_ALL=1) or with FLUXVM_UPGRADE_CRASH_FULL=1, unless -short.
+	full := (testenv.RequireAll() || os.Getenv("FLUXVM_UPGRADE_CRASH_FULL") == "1") && !testing.Short()
 	for _, sc := range scenarios {
 		points := crashPoints(t, sc.failHealth)
 		t.Logf("%s plan: %d crash points", sc.name, len(points))
 		for pi, pt := range points {
 			for ri, rec := range recoveries {
-				if testing.Short() && ri != pi%len(recoveries) {
-					continue // -short: one recovery per crash point, rotating
+				if !full && ri != pi%len(recoveries) {
+					continue // one recovery per crash point, rotating through the three
 				}
 				t.Run(sc.name+"/"+pt+"/"+rec, func(t *testing.T) {
 					w := newWorld(t, sc.failHealth)
