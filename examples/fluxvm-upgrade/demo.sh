@@ -35,8 +35,13 @@ cleanup() { rm -f "${pins[@]}"; rmdir /sys/fs/bpf/fluxvm 2>/dev/null || true; }
 trap cleanup EXIT
 cleanup
 
-rm -rf "$WORK"
+# Only ever delete a directory this demo made (it leaves a marker).
+if [ -e "$WORK" ]; then
+	[ -e "$WORK/.fluxvm-upgrade-demo" ] || die "$WORK exists and was not made by this demo; pass another WORK_DIR"
+	rm -rf "$WORK"
+fi
 mkdir -p "$WORK/etc" "$WORK/keys" "$WORK/bin"
+touch "$WORK/.fluxvm-upgrade-demo"
 say "build fluxvm-upgrade"
 (cd "$top" && go build -o "$WORK/bin/fluxvm-upgrade" ./cmd/fluxvm-upgrade)
 fu="$WORK/bin/fluxvm-upgrade"
