@@ -93,7 +93,7 @@ func TestDaemonLifecycleWithLabels(t *testing.T) {
 	cleanupTopology(t, d, topo)
 	art := resolveTestImage(t, d, "rootfs", topo)
 	owner := testOwner(topo, "web")
-	spec := substrate.NodeSpec{Owner: owner, Driver: Name, Artifact: &art, Command: []string{"sleep", "3600"}, Hostname: "web"}
+	spec := substrate.NodeSpec{Owner: owner, Driver: Name, Artifact: &art, Command: []string{"sleep", "3600"}, Hostname: "web", CPUs: 1, MemoryMB: 64}
 
 	h, err := d.CreateNode(ctx, spec)
 	if err != nil {
@@ -110,6 +110,9 @@ func TestDaemonLifecycleWithLabels(t *testing.T) {
 		if ins.Config.Labels[k] != v {
 			t.Errorf("label %s: got %q, want %q", k, ins.Config.Labels[k], v)
 		}
+	}
+	if ins.HostConfig.NanoCPUs != 1e9 || ins.HostConfig.Memory != 64<<20 || ins.Config.Hostname != "web" {
+		t.Errorf("container resources: got %d nano-CPUs, %d bytes, hostname %q; want 1e9, 64 MiB, web", ins.HostConfig.NanoCPUs, ins.HostConfig.Memory, ins.Config.Hostname)
 	}
 	if ins.HostConfig.NetworkMode != "none" || ins.Name != "/"+containerName(owner) {
 		t.Errorf("container: got network mode %q name %q, want none and /%s", ins.HostConfig.NetworkMode, ins.Name, containerName(owner))
@@ -272,8 +275,11 @@ func TestDaemonExecAndSecrets(t *testing.T) {
 			}
 		})
 	}
-	_, err = d.Exec(ctx, h, substrate.ExecRequest{Argv: []string{"sleep", "5"}, Timeout: 300 * time.Millisecond})
+	_, err = d.Exec(ctx, h, substrate.ExecRequest{Argv: []string{"sleep", "417"}, Timeout: 300 * time.Millisecond})
 	wantErrIs(t, "Exec past its timeout", err, context.DeadlineExceeded)
+	if res, err := d.Exec(ctx, h, substrate.ExecRequest{Argv: []string{"ps"}}); err != nil || strings.Contains(string(res.Stdout), "sleep 417") {
+		t.Fatalf("after the timed-out exec: ps got %q, %v; want no sleep 417 left running", res.Stdout, err)
+	}
 	if err := d.DeleteNode(ctx, h, owner); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -327,8 +329,8 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 const maxExecOutput = 16 << 20
 
 // Exec runs req.Argv in the container through the exec API. req.Env reaches the daemon for this
-// call only. When ctx or req.Timeout ends first the call returns; the daemon offers no way to
-// kill an exec'd process, so it may keep running inside the container.
+// call only. When ctx or req.Timeout ends first, the process is killed from the host (the
+// daemon reports its host pid; the Engine API has no exec kill) and the call returns ctx's error.
 func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.ExecRequest) (substrate.ExecResult, error) {
 	what := "exec in container " + short(node.ExternalID)
 	if len(req.Argv) == 0 {
@@ -365,6 +367,8 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 	select {
 	case err = <-done:
 	case <-ctx.Done():
+		d.killExec(ex.ID)
+		<-done // the copy ends once the process is gone and the stream closes
 		return substrate.ExecResult{ExitCode: -1, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()},
 			fmt.Errorf("%s: %s: %w", what, strings.Join(req.Argv, " "), ctx.Err())
 	}
@@ -376,6 +380,21 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 		return substrate.ExecResult{}, apiErr(what, err)
 	}
 	return substrate.ExecResult{ExitCode: st.ExitCode, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, nil
+}
+
+// killExec kills a still-running exec'd process from the host (the Engine API has no exec kill):
+// its process group first, then the process itself. The daemon reports the host pid.
+func (d *Driver) killExec(execID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := d.cli.ContainerExecInspect(ctx, execID)
+	if err != nil || !st.Running || st.Pid <= 1 {
+		return
+	}
+	if pgid, err := syscall.Getpgid(st.Pid); err == nil && pgid == st.Pid {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(st.Pid, syscall.SIGKILL)
 }
 
 // limitWriter keeps the first n bytes and discards the rest, never failing the copy.
