@@ -67,9 +67,9 @@ resource "sysbox_node" "server" {
     ipv4    = ["${cidrhost(local.dmz, 10)}/24"]
     gateway = cidrhost(local.dmz, 1)
   }
-  # A second listener the firewall must block.
+  # A second listener the firewall must block. Idempotent: recovery may run it again.
   provisioner "exec" {
-    command = [var.busybox, "httpd", "-p", "9090", "-h", "/usr/share/doc/busybox-static"]
+    command = ["/bin/sh", "-c", "${var.busybox} httpd -p 9090 -h /usr/share/doc/busybox-static || ${var.busybox} netstat -ltn | grep -q ':9090 '"]
   }
 }
 
