@@ -608,7 +608,7 @@ func TestReconcile(t *testing.T) {
 	for _, x := range res {
 		got[x.TransactionID] = x.Action
 	}
-	if diff := cmp.Diff(map[string]string{"stale": "skipped-fresh", "locked": "skipped-locked", "done": "skipped-terminal"}, got); diff != "" {
+	if diff := cmp.Diff(map[string]string{"stale": "skipped-fresh", "locked": "skipped-fresh", "done": "skipped-terminal"}, got); diff != "" {
 		t.Errorf("reconcile before stale (-want +got):\n%s", diff)
 	}
 	e.Now = func() time.Time { return time.Now().Add(time.Hour) }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"zyvor.dev/sysbox/fluxvm/evidence"
 	"zyvor.dev/sysbox/internal/durable"
 )
 
@@ -59,6 +60,22 @@ func (e *Engine) reconcileOne(ctx context.Context, stateDir, id string, stale ti
 		r.Action, r.Detail = "error", err.Error()
 		return r
 	}
+	// Look before locking: most transactions are finished or fresh, and taking their lock (even
+	// briefly) could make an operator's concurrent command fail at once.
+	if evs, err := ReadJournal(dir); err == nil {
+		v := replay(evs)
+		if v.end != nil && finalized(dir) {
+			r.Action, r.State = "skipped-terminal", v.end.State
+			return r
+		}
+		if v.end == nil && v.begin != nil {
+			if idle := e.now().Sub(v.lastTime); idle < stale {
+				r.Action, r.State = "skipped-fresh", StateRunning
+				r.Detail = fmt.Sprintf("last journal progress %s ago (stale after %s)", idle.Round(time.Second), stale)
+				return r
+			}
+		}
+	}
 	p, err := LoadPlan(filepath.Join(dir, PlanFile))
 	if err != nil {
 		return fail(fmt.Errorf("plan as begun: %w", err))
@@ -107,4 +124,22 @@ func (e *Engine) reconcileOne(ctx context.Context, stateDir, id string, stale ti
 		r.Detail = res.Reason
 	}
 	return r
+}
+
+// finalized reports whether a terminal transaction's evidence is complete (the signature too when
+// the plan as begun asks for one).
+func finalized(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, evidence.ManifestFile)); err != nil {
+		return false
+	}
+	p, err := LoadPlan(filepath.Join(dir, PlanFile))
+	if err != nil {
+		return false
+	}
+	if p.Signing != nil {
+		if _, err := os.Stat(filepath.Join(dir, evidence.SignatureFile)); err != nil {
+			return false
+		}
+	}
+	return true
 }
