@@ -60,6 +60,25 @@ func BenchmarkEncode(b *testing.B) {
 	b.ReportMetric(float64(n)/1e6, "MB/state")
 }
 
+// BenchmarkEncodeNaiveIndent is the baseline states.Encode replaces: encoding/json's
+// MarshalIndent of the same resources (what a Terraform-style state writer does).
+func BenchmarkEncodeNaiveIndent(b *testing.B) {
+	st := topology(size)
+	var n int
+	for b.Loop() {
+		data, err := json.MarshalIndent(struct {
+			Lineage   string             `json:"lineage"`
+			Serial    uint64             `json:"serial"`
+			Resources []*states.Resource `json:"resources"`
+		}{st.Lineage, 1, st.Resources}, "", "  ")
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = len(data)
+	}
+	b.ReportMetric(float64(n)/1e6, "MB/state")
+}
+
 func BenchmarkDecode(b *testing.B) {
 	st := topology(size)
 	st.Serial = 1
