@@ -109,10 +109,10 @@ func apiErr(what string, err error) error {
 		return nil
 	}
 	switch {
-	case unreachable(err):
-		return fmt.Errorf("%s: docker daemon unreachable: %w: %w", what, driver.ErrUnavailable, err)
 	case errdefs.IsNotFound(err):
 		return fmt.Errorf("%s: %w: %w", what, driver.ErrNotFound, err)
+	case unreachable(err):
+		return fmt.Errorf("%s: docker daemon unreachable: %w: %w", what, driver.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
