@@ -21,12 +21,16 @@ if [ -z "$sysbox" ]; then
 fi
 sb() { "$sysbox" --chdir "$here" "$@"; }
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-fetch() { # node url → prints the first line or BLOCKED; bounded by timeout(1)
-  if out=$(timeout 4 "$sysbox" --chdir "$here" exec "$1" -- "$bb" wget -q -O - "$2" 2>/dev/null); then
-    printf '%s\n' "$out" | head -1
-  else
-    echo "BLOCKED"
-  fi
+fetch() { # node url [tries] → prints the first line or BLOCKED; each try bounded by timeout(1)
+  local tries=${3:-1}
+  for _ in $(seq 1 "$tries"); do
+    if out=$(timeout 4 "$sysbox" --chdir "$here" exec "$1" -- "$bb" wget -q -O - "$2" 2>/dev/null); then
+      printf '%s\n' "$out" | head -1
+      return
+    fi
+    sleep 0.3 # listeners start asynchronously right after apply
+  done
+  echo "BLOCKED"
 }
 cleanup() { sb destroy -auto-approve -var "busybox=$bb" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -35,7 +39,7 @@ step "apply"
 sb apply -auto-approve -var "busybox=$bb"
 
 step "client → server:8080 through the router (allowed)"
-got=$(fetch sysbox_node.client http://203.0.113.10:8080/copyright)
+got=$(fetch sysbox_node.client http://203.0.113.10:8080/copyright 10)
 echo "$got"
 [ "$got" != BLOCKED ] || { echo "FAIL: 8080 should be reachable"; exit 1; }
 
@@ -58,7 +62,7 @@ before=$(sb state show sysbox_node.server --json | grep -o '"external_id": *"[^"
 sb reset sysbox_node.server -var "busybox=$bb"
 after=$(sb state show sysbox_node.server --json | grep -o '"external_id": *"[^"]*"' | head -1)
 echo "before: $before"; echo "after:  $after"
-got=$(fetch sysbox_node.client http://203.0.113.10:8080/copyright)
+got=$(fetch sysbox_node.client http://203.0.113.10:8080/copyright 10)
 [ "$got" != BLOCKED ] || { echo "FAIL: 8080 after reset"; exit 1; }
 echo "8080 still answers after the reset"
 
