@@ -368,27 +368,37 @@ On a failure the applied components are rolled back in reverse order. Exit code 
 		}, nil)
 }
 
+const repairHelp = "drop an unterminated last journal record (an append cut by a power loss, never acknowledged), keeping its bytes as journal.torn-*; other corruption is still refused"
+
 func (a *app) resumeCmd() *cobra.Command {
+	var repair bool
 	return a.txCmd("resume PLAN", "Continue a transaction exactly where its journal stops",
 		`resume reads the journal and continues from the first unfinished step. A step that was
 interrupted is re-run when it is idempotent (preflight, snapshot, restore, health, every rollback
 step); an interrupted apply is not re-run: it is marked failed and the transaction rolls back.
-Refuses (exit 5) a plan whose canonical hash differs from the one the transaction began with.`,
+Refuses (exit 5) a plan whose canonical hash differs from the one the transaction began with,
+and (exit 10) a torn or corrupt journal unless --repair-torn-tail applies.`,
 		func(ctx context.Context, e *upgrade.Engine, p *upgrade.Plan) (upgrade.Result, error) {
+			e.RepairTornTail = repair
 			return e.Resume(ctx, p)
-		}, nil)
+		}, func(c *cobra.Command) {
+			c.Flags().BoolVar(&repair, "repair-torn-tail", false, repairHelp)
+		})
 }
 
 func (a *app) rollbackCmd() *cobra.Command {
 	var reason string
+	var repair bool
 	return a.txCmd("rollback PLAN", "Roll back a transaction from any non-terminal point",
 		`rollback rolls back every component whose apply started, in reverse order: rollback hook,
 file restoration, map restoration, rollback_health. A failure ends the transaction in
 manual-intervention (exit 7). Refuses (exit 5) a modified plan and (exit 11) a committed transaction.`,
 		func(ctx context.Context, e *upgrade.Engine, p *upgrade.Plan) (upgrade.Result, error) {
+			e.RepairTornTail = repair
 			return e.Rollback(ctx, p, reason)
 		}, func(c *cobra.Command) {
 			c.Flags().StringVar(&reason, "reason", "operator requested rollback", "reason recorded in the journal")
+			c.Flags().BoolVar(&repair, "repair-torn-tail", false, repairHelp)
 		})
 }
 

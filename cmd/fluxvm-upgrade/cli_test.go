@@ -269,6 +269,15 @@ func TestCorruptJournalExitCode(t *testing.T) {
 	if after := len(w.hookOrder()); after != before {
 		t.Errorf("hooks ran on a corrupt journal: %v", w.hookOrder()[before:])
 	}
+	if !strings.Contains(w.run("", "resume", w.plan).stderr, "--repair-torn-tail") {
+		t.Errorf("the torn-tail report does not point at --repair-torn-tail")
+	}
+	// After a reviewed power-loss tear, the operator repairs and converges. The torn record was
+	// beta's apply step-done, so beta's apply is in doubt: the transaction rolls back.
+	if r := w.run("", "resume", "--repair-torn-tail", w.plan); r.code != exitRolledBack {
+		t.Fatalf("resume --repair-torn-tail: exit %d, want %d: %s", r.code, exitRolledBack, r.stderr)
+	}
+	w.checkConverged(upgrade.StateRolledBack)
 }
 
 func TestSIGTERMLeavesTransactionRunning(t *testing.T) {

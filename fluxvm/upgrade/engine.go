@@ -56,6 +56,9 @@ type Engine struct {
 	AfterRecord func(key string)
 	// Signer signs EVIDENCE.sha256; nil means evidence.SSHKeygen.
 	Signer evidence.Signer
+	// RepairTornTail lets resume/rollback drop an unterminated last journal record (an append
+	// that never returned after a power loss), keeping its bytes; other corruption is refused.
+	RepairTornTail bool
 	// CheckBPFFS makes Probe require bpffs_root to be a bpf filesystem (off with the fake store).
 	CheckBPFFS  bool
 	ToolVersion string
@@ -120,12 +123,28 @@ func (e *Engine) open(p *Plan) (*tx, error) {
 		lock.Unlock()
 		return nil, &HookStillRunningError{TransactionID: p.TransactionID, Procs: procs}
 	}
+	repaired := 0
+	if e.RepairTornTail {
+		n, err := repairTornTail(t.dir)
+		if err != nil {
+			lock.Unlock()
+			return nil, fmt.Errorf("transaction %s: repair journal: %w", p.TransactionID, err)
+		}
+		repaired = n
+	}
 	evs, err := ReadJournal(t.dir)
 	if err != nil {
 		lock.Unlock()
 		return nil, fmt.Errorf("transaction %s: %w", p.TransactionID, err)
 	}
 	t.view = replay(evs)
+	if repaired > 0 {
+		e.progressf("journal: dropped a torn tail of %d bytes (kept in %s)", repaired, "journal.torn-*")
+		if err := t.appendEvent(Event{Type: EvJournalRepaired, Reason: fmt.Sprintf("dropped an unterminated last record of %d bytes (never acknowledged); kept as journal.torn-*", repaired)}); err != nil {
+			t.close()
+			return nil, err
+		}
+	}
 	return t, nil
 }
 

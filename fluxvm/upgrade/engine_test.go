@@ -804,3 +804,65 @@ func TestSnapshotRefusesDirectory(t *testing.T) {
 		t.Errorf("probe: got OK for a directory in files[]")
 	}
 }
+
+// TestRepairTornTail: only an unterminated last record (an append that never returned) is
+// dropped, and only when asked; its bytes are kept and the repair is journaled.
+func TestRepairTornTail(t *testing.T) {
+	r := newRig(t, "a")
+	p := r.plan("tx")
+	crashAt(t, r.engine(), p, "step-done:a:apply")
+	path := filepath.Join(TxDir(p), JournalFile)
+	good, _ := os.ReadFile(path)
+	torn := []byte(`{"kind":"fluxvm-upgrade-journal","version":1,"sha256":"ab`)
+	os.WriteFile(path, append(append([]byte{}, good...), torn...), 0o600)
+
+	_, err := r.engine().Resume(context.Background(), p)
+	if !errors.Is(err, ErrJournalCorrupt) || !strings.Contains(err.Error(), "--repair-torn-tail") {
+		t.Fatalf("Resume without repair: got %v, want ErrJournalCorrupt suggesting --repair-torn-tail", err)
+	}
+	e := r.engine()
+	e.RepairTornTail = true
+	res, err := e.Resume(context.Background(), p)
+	if err != nil || res.State != StateCommitted {
+		t.Fatalf("Resume with repair: got %v %v, want committed", res.State, err)
+	}
+	kept, _ := filepath.Glob(filepath.Join(TxDir(p), "journal.torn-*"))
+	if len(kept) != 1 {
+		t.Fatalf("kept torn bytes: got %v", kept)
+	}
+	if b, _ := os.ReadFile(kept[0]); string(b) != string(torn) {
+		t.Errorf("kept bytes: got %q, want %q", b, torn)
+	}
+	evs, err := ReadJournal(TxDir(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !containsType(evs, EvJournalRepaired) {
+		t.Errorf("journal does not record the repair")
+	}
+	verifyEvidence(t, TxDir(p))
+
+	// Corruption inside the journal is never repaired.
+	r2 := newRig(t, "a")
+	p2 := r2.plan("tx")
+	crashAt(t, r2.engine(), p2, "step-done:a:apply")
+	path2 := filepath.Join(TxDir(p2), JournalFile)
+	b, _ := os.ReadFile(path2)
+	i := strings.Index(string(b), `"step":"snapshot"`)
+	b[i+9] = 'X'
+	os.WriteFile(path2, b, 0o600)
+	e2 := r2.engine()
+	e2.RepairTornTail = true
+	if _, err := e2.Resume(context.Background(), p2); !errors.Is(err, ErrJournalCorrupt) {
+		t.Errorf("Resume with repair over mid-journal corruption: got %v, want ErrJournalCorrupt", err)
+	}
+}
+
+func containsType(evs []Event, typ string) bool {
+	for _, e := range evs {
+		if e.Type == typ {
+			return true
+		}
+	}
+	return false
+}

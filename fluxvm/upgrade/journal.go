@@ -1,9 +1,11 @@
 package upgrade
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -27,6 +29,8 @@ const (
 	EvStepFailed    = "step-failed"
 	EvRollbackBegin = "rollback-begin"
 	EvEnd           = "end"
+	// EvJournalRepaired records that a torn tail was dropped (its bytes kept beside the journal).
+	EvJournalRepaired = "journal-repaired"
 )
 
 // Forward and rollback steps, in order (F12, F13).
@@ -93,9 +97,14 @@ var ErrJournalCorrupt = errors.New("journal is corrupt; not trusting it")
 // ReadJournal returns every record of the transaction directory's journal. A torn or corrupt
 // journal is an error wrapping ErrJournalCorrupt and durable.ErrCorrupt.
 func ReadJournal(txDir string) ([]Event, error) {
+	evs, _, err := readJournal(txDir)
+	return evs, err
+}
+
+func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 	path := filepath.Join(txDir, JournalFile)
 	var evs []Event
-	_, err := durable.ReadLog(path, journalKind, journalVersion, func(_ int, raw json.RawMessage) error {
+	info, err := durable.ReadLog(path, journalKind, journalVersion, func(_ int, raw json.RawMessage) error {
 		var ev Event
 		if err := json.Unmarshal(raw, &ev); err != nil {
 			return err
@@ -107,9 +116,57 @@ func ReadJournal(txDir string) ([]Event, error) {
 		return nil
 	})
 	if err != nil {
-		return evs, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
+		if torn, n := tornTail(path, info); torn {
+			err = fmt.Errorf("%w (the last %d bytes are an unterminated record that was never acknowledged; resume or rollback with --repair-torn-tail drops it, keeping a copy)", err, n)
+		}
+		return evs, info, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 	}
-	return evs, nil
+	return evs, info, nil
+}
+
+// tornTail reports whether everything after the valid prefix is one unterminated line: an append
+// that never returned, so the step it announced was never acknowledged or acted on.
+func tornTail(path string, info durable.LogInfo) (bool, int) {
+	data, err := os.ReadFile(path)
+	if err != nil || int64(len(data)) <= info.Size {
+		return false, 0
+	}
+	tail := data[info.Size:]
+	return !bytes.Contains(tail, []byte{'\n'}), len(tail)
+}
+
+// repairTornTail keeps the torn bytes in journal.torn-<offset> and truncates the journal to its
+// valid prefix, durably. It refuses anything but a torn tail. The caller holds the lock.
+func repairTornTail(txDir string) (int, error) {
+	path := filepath.Join(txDir, JournalFile)
+	_, info, err := readJournal(txDir)
+	if err == nil {
+		return 0, nil
+	}
+	torn, n := tornTail(path, info)
+	if !torn {
+		return 0, err // corruption inside the journal: never repaired
+	}
+	data, rerr := os.ReadFile(path)
+	if rerr != nil {
+		return 0, rerr
+	}
+	keep := filepath.Join(txDir, fmt.Sprintf("journal.torn-%d", info.Size))
+	if err := durable.WriteFile(keep, data[info.Size:], 0o600); err != nil {
+		return 0, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if err := f.Truncate(info.Size); err != nil {
+		return 0, fmt.Errorf("truncate %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return n, nil
 }
 
 // stepKey identifies a step of a component in one phase.
