@@ -15,7 +15,8 @@
 //     counts as holding the lock.
 //   - The journal (<tx>/journal.log) is an append-only log of versioned, checksummed records; a
 //     step is acknowledged only after its record is fsynced. A torn or corrupt journal is
-//     reported (ErrJournalCorrupt) and never acted on.
+//     reported (ErrJournalCorrupt) and never acted on; only when asked (RepairTornTail) is an
+//     unterminated last record — an append that never returned — set aside and dropped.
 //   - The journal alone decides what happens next. A step whose start is journaled but whose
 //     outcome is not is re-run if it is idempotent (preflight, snapshot, restore, health and all
 //     rollback steps); an interrupted apply is never re-run: it is recorded as failed and the
