@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math/big"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/dynblock"
@@ -152,6 +154,7 @@ func Evaluate(root *Module, src *Sources, opts Options) (*Topology, hcl.Diagnost
 	t := &Topology{Sources: src, Root: root}
 	ri := e.newModInst(addrs.RootModule, root, nil, nil, rep{})
 	e.evalAll(ri)
+	e.runJobs()
 	for name := range opts.Inputs {
 		if _, ok := root.Variables[name]; !ok {
 			in := opts.Inputs[name]
@@ -184,7 +187,23 @@ func Evaluate(root *Module, src *Sources, opts Options) (*Topology, hcl.Diagnost
 	}
 	sort.Slice(t.SecretRefs, func(i, j int) bool { return t.SecretRefs[i].String() < t.SecretRefs[j].String() })
 	t.EnvRead = e.envRead
+	sortDiags(e.diags)
 	return t, e.diags
+}
+
+// sortDiags orders diagnostics by file and position (parallel decoding must not change the
+// order a person reads them in); diagnostics without a range keep their place at the end.
+func sortDiags(ds hcl.Diagnostics) {
+	sort.SliceStable(ds, func(i, j int) bool {
+		a, b := ds[i].Subject, ds[j].Subject
+		switch {
+		case a == nil || b == nil:
+			return a != nil && b == nil
+		case a.Filename != b.Filename:
+			return a.Filename < b.Filename
+		}
+		return a.Start.Byte < b.Start.Byte
+	})
 }
 
 type state uint8
@@ -226,6 +245,9 @@ type resSlot struct {
 	insts  []*ResourceInstance
 	kind   repKind
 	built  bool // val is computed (lazily, on first reference)
+	// deferred: nothing in the configuration refers to this resource, so its instances are
+	// decoded after the sequential pass, in parallel (runJobs)
+	deferred bool
 	deps   []*resSlot
 	failed bool
 	name   string
@@ -265,6 +287,9 @@ type evaluator struct {
 	envRead    map[string]string
 	stack      []string
 	instances  []*ResourceInstance
+	jobs       []*decodeJob
+	referenced map[*Module]map[string]bool // resources some expression refers to
+	mu         sync.Mutex                  // guards secretRefs and envRead (functions run in jobs)
 }
 
 func (e *evaluator) lookupEnv(name string) (string, bool) {
@@ -323,7 +348,11 @@ func (e *evaluator) evalAll(mi *modInst) {
 	for _, n := range mi.mod.localOrder {
 		e.local(mi, n)
 	}
+	refd := e.referencedIn(mi.mod)
 	for _, n := range mi.mod.resourceOrder {
+		if !refd[n] {
+			e.slot(mi, n).deferred = true
+		}
 		e.resource(mi, n)
 	}
 	for _, n := range mi.mod.outputOrder {
@@ -912,6 +941,98 @@ func (e *evaluator) callValue(cs *callSlot) (cty.Value, []*resSlot, bool) {
 
 // ---- resources -------------------------------------------------------------------------------
 
+// decodeJob decodes one resource instance's body. It touches only its own fields and the
+// instance, so that jobs of resources nothing refers to can run in parallel (runJobs).
+type decodeJob struct {
+	rs      *resSlot
+	ri      *ResourceInstance
+	schema  Schema
+	spec    hcldec.Spec
+	ctx     *hcl.EvalContext
+	dynamic bool
+	baseDir string
+	diags   hcl.Diagnostics
+	failed  bool
+}
+
+func (j *decodeJob) errf(summary, format string, args ...any) {
+	j.diags = append(j.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary,
+		Detail: fmt.Sprintf(format, args...), Subject: j.rs.cfg.DeclRange.Ptr()})
+	j.failed = true
+}
+
+func (j *decodeJob) run() {
+	cfg, addr := j.rs.cfg, j.ri.Addr
+	body := cfg.Body
+	if j.dynamic {
+		body = dynblock.Expand(body, j.ctx)
+	}
+	val, d := hcldec.Decode(body, j.spec, j.ctx)
+	j.diags = append(j.diags, d...)
+	if d.HasErrors() {
+		j.failed = true
+		return
+	}
+	marked, unknownAt, hasUnknown := scanValue(val)
+	var pvm []cty.PathValueMarks
+	if marked {
+		val, pvm = val.UnmarkDeepWithPaths()
+	}
+	for _, pm := range pvm {
+		if _, ok := pm.Marks[Sensitive]; ok {
+			j.errf("Sensitive value in a resource attribute",
+				"%s: %s comes from a sensitive variable and would be stored in plan and state as plaintext; pass secrets with env(\"NAME\") so only a reference (secret://env/NAME) is stored",
+				addr, pathString(pm.Path))
+		}
+	}
+	if hasUnknown {
+		j.errf("Value known only after apply",
+			"%s: %s depends on a value known only after apply (external_id, generation, observation, digest, …); resource attributes must be known when planning", addr, pathString(unknownAt))
+	}
+	if j.failed {
+		return
+	}
+	dec, d := j.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.baseDir})
+	j.diags = append(j.diags, d...)
+	if d.HasErrors() || dec == nil {
+		j.failed = true
+		return
+	}
+	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.References
+}
+
+// runJobs runs the deferred decode jobs on all CPUs, then merges their diagnostics in job
+// order (deterministic output).
+func (e *evaluator) runJobs() {
+	jobs := e.jobs
+	e.jobs = nil
+	if len(jobs) == 0 {
+		return
+	}
+	work := make(chan *decodeJob, len(jobs))
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(jobs)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				j.run()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, j := range jobs {
+		e.diags = append(e.diags, j.diags...)
+		if j.failed {
+			j.rs.failed = true
+		}
+	}
+}
+
 func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	rs := mi.res[key]
 	if rs == nil {
@@ -970,47 +1091,17 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 		if failed {
 			continue
 		}
-		ctx := &hcl.EvalContext{Variables: withRep(vars, x.reps[i]), Functions: mi.funcs}
-		body := cfg.Body
-		if hasDynamic {
-			body = dynblock.Expand(body, ctx)
-		}
-		val, d := hcldec.Decode(body, spec, ctx)
-		e.diags = append(e.diags, d...)
-		if d.HasErrors() {
-			rs.failed = true
+		job := &decodeJob{rs: rs, ri: ri, schema: schema, spec: spec, dynamic: hasDynamic, baseDir: mi.mod.Dir,
+			ctx: &hcl.EvalContext{Variables: withRep(vars, x.reps[i]), Functions: mi.funcs}}
+		if rs.deferred {
+			e.jobs = append(e.jobs, job)
 			continue
 		}
-		marked, unknownAt, hasUnknown := scanValue(val)
-		var pvm []cty.PathValueMarks
-		if marked {
-			val, pvm = val.UnmarkDeepWithPaths()
-		}
-		bad := false
-		for _, pm := range pvm {
-			if _, ok := pm.Marks[Sensitive]; ok {
-				e.errf(cfg.DeclRange.Ptr(), "Sensitive value in a resource attribute",
-					"%s: %s comes from a sensitive variable and would be stored in plan and state as plaintext; pass secrets with env(\"NAME\") so only a reference (secret://env/NAME) is stored",
-					addr, pathString(pm.Path))
-				bad = true
-			}
-		}
-		if p, ok := unknownAt, hasUnknown; ok {
-			e.errf(cfg.DeclRange.Ptr(), "Value known only after apply",
-				"%s: %s depends on a value known only after apply (external_id, generation, observation, digest, …); resource attributes must be known when planning", addr, pathString(p))
-			bad = true
-		}
-		if bad {
+		job.run()
+		e.diags = append(e.diags, job.diags...)
+		if job.failed {
 			rs.failed = true
-			continue
 		}
-		dec, d := schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: mi.mod.Dir})
-		e.diags = append(e.diags, d...)
-		if d.HasErrors() || dec == nil {
-			rs.failed = true
-			continue
-		}
-		ri.Config, ri.Ref, ri.refFunc, ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.References
 	}
 	rs.deps = deps
 	rs.kind = x.kind
@@ -1318,6 +1409,69 @@ func bodyHasDynamic(b hcl.Body) bool {
 	return false
 }
 
+// referencedIn lists the resources of module m that any expression of m refers to (a static
+// over-approximation: references in locals, outputs, module arguments, resources and
+// substrate). Only these must be decoded before the values that need them.
+func (e *evaluator) referencedIn(m *Module) map[string]bool {
+	if r, ok := e.referenced[m]; ok {
+		return r
+	}
+	r := map[string]bool{}
+	note := func(travs []hcl.Traversal) {
+		for _, tr := range travs {
+			root := tr.RootName()
+			switch root {
+			case "var", "local", "module", "count", "each", "path", "self", "terraform":
+			case "data":
+				r["data."+attrName(tr, 1)+"."+attrName(tr, 2)] = true
+			default:
+				r[root+"."+attrName(tr, 1)] = true
+			}
+		}
+	}
+	for _, l := range m.Locals {
+		note(l.Expr.Variables())
+	}
+	for _, o := range m.Outputs {
+		note(o.Expr.Variables())
+	}
+	for _, c := range m.Calls {
+		for _, a := range c.Args {
+			note(a.Expr.Variables())
+		}
+		if c.Count != nil {
+			note(c.Count.Variables())
+		}
+		if c.ForEach != nil {
+			note(c.ForEach.Variables())
+		}
+	}
+	for _, res := range m.Resources {
+		if res.Count != nil {
+			note(res.Count.Variables())
+		}
+		if res.ForEach != nil {
+			note(res.ForEach.Variables())
+		}
+		note(bodyVariables(res.Body, nil)) // dynamic blocks' for_each and content included
+	}
+	if m.Substrate != nil {
+		for _, d := range append(append([]*Block(nil), m.Substrate.Drivers...), m.Substrate.Backend) {
+			if d == nil {
+				continue
+			}
+			for _, a := range d.Attrs {
+				note(a.Expr.Variables())
+			}
+		}
+	}
+	if e.referenced == nil {
+		e.referenced = map[*Module]map[string]bool{}
+	}
+	e.referenced[m] = r
+	return r
+}
+
 // scanValue walks v once: whether anything is marked, and the first value known only after
 // apply outside references to other resources (see firstUnknown).
 func scanValue(v cty.Value) (marked bool, unknownAt cty.Path, hasUnknown bool) {
@@ -1339,6 +1493,9 @@ func scanValue(v cty.Value) (marked bool, unknownAt cty.Path, hasUnknown bool) {
 	return marked, unknownAt, hasUnknown
 }
 
+// metaArgs are a resource body's meta-arguments, hidden from its schema.
+var metaArgs = map[string]bool{"count": true, "for_each": true, "depends_on": true, "provider": true}
+
 // bodyVariables lists the references of a native-syntax body (attributes and nested blocks,
 // recursively); other bodies go through hcldec.
 func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
@@ -1347,15 +1504,21 @@ func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
 		return hcldec.Variables(b, spec)
 	}
 	var out []hcl.Traversal
-	var walk func(*hclsyntax.Body)
-	walk = func(sb *hclsyntax.Body) {
-		for _, a := range sb.Attributes {
+	var walk func(*hclsyntax.Body, bool)
+	walk = func(sb *hclsyntax.Body, top bool) {
+		for name, a := range sb.Attributes {
+			if top && metaArgs[name] {
+				continue // count, for_each, depends_on are handled on their own
+			}
 			out = append(out, a.Expr.Variables()...)
 		}
 		for _, blk := range sb.Blocks {
-			walk(blk.Body)
+			if top && blk.Type == "lifecycle" {
+				continue
+			}
+			walk(blk.Body, false)
 		}
 	}
-	walk(sb)
+	walk(sb, true)
 	return out
 }

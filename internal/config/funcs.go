@@ -81,7 +81,9 @@ func (e *evaluator) funcsFor(dir string) map[string]function.Function {
 				return cty.NilVal, function.NewArgErrorf(0, "%q is not a valid environment variable name", name)
 			}
 			ref := secrets.EnvRef(name)
+			e.mu.Lock()
 			e.secretRefs[ref.String()] = ref
+			e.mu.Unlock()
 			return cty.StringVal(ref.String()).Mark(SecretRef), nil
 		},
 	})
@@ -95,11 +97,13 @@ func (e *evaluator) funcsFor(dir string) map[string]function.Function {
 				return cty.NilVal, function.NewArgErrorf(0, "%q is not a valid environment variable name", name)
 			}
 			v, ok := e.lookupEnv(name)
+			e.mu.Lock()
 			if ok {
 				e.envRead[name] = v
 			} else {
 				e.envRead[name] = "\x00unset"
 			}
+			e.mu.Unlock()
 			if !ok {
 				return cty.NullVal(cty.String), nil
 			}
