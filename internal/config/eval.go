@@ -248,9 +248,9 @@ type resSlot struct {
 	// deferred: nothing in the configuration refers to this resource, so its instances are
 	// decoded after the sequential pass, in parallel (runJobs)
 	deferred bool
-	deps   []*resSlot
-	failed bool
-	name   string
+	deps     []*resSlot
+	failed   bool
+	name     string
 }
 
 type callSlot struct {
