@@ -58,7 +58,7 @@ func ts(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return t.UTC().Format(time.RFC3339)
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") // RFC 3339, millisecond precision
 }
 
 // buildStatus derives the status from the journal. It is deterministic in the journal, so
