@@ -14,6 +14,10 @@
 //   - Evaluation is demand-driven and memoised: every variable, local, output, module call and
 //     resource is evaluated at most once per module instance, so the work is linear in the size
 //     of the expanded configuration. A reference cycle is a diagnostic naming the cycle.
+//   - Files are parsed in parallel; resources that no expression refers to are decoded in
+//     parallel after the sequential pass (nothing can observe the difference). A resource's
+//     value for expressions is built only when something refers to it. Diagnostics are sorted
+//     by position, so the output does not depend on scheduling.
 //   - Every problem is an hcl.Diagnostic with a source range; Evaluate collects all of them.
 //   - env("X") yields the string secret://env/X marked sensitive and never reads X. A sensitive
 //     value that is not a secret reference must not reach a resource attribute (it would be
