@@ -2,6 +2,7 @@ package bpfmap
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -11,8 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-
-	"crypto/sha256"
 
 	"zyvor.dev/sysbox/internal/durable"
 )
