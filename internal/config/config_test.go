@@ -323,3 +323,26 @@ func TestModuleCallingItselfIsRejected(t *testing.T) {
 		t.Errorf("got %v, want a module recursion error", diags)
 	}
 }
+
+func TestResourceAttributeReferences(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": `
+resource "sysbox_node" "a" { hostname = "alpha" }
+resource "sysbox_node" "b" {
+  hostname = "${sysbox_node.a.hostname}-b"
+  command  = [sysbox_node.a.address, sysbox_node.a.driver]
+}
+resource "sysbox_node" "c" { hostname = sysbox_node.a.nope }`})
+	top, diags := eval(t, dir, config.Options{})
+	if !diags.HasErrors() || !strings.Contains(diags.Error(), "nope") {
+		t.Fatalf("unknown attribute: got %v, want an error naming nope", diags)
+	}
+	var b handlers.NodeConfig
+	for _, r := range top.Resources {
+		if r.Addr.String() == "sysbox_node.b" {
+			b = r.Config.(handlers.NodeConfig)
+		}
+	}
+	if b.Hostname != "alpha-b" || !cmp.Equal(b.Command, []string{"sysbox_node.a", "netns"}) {
+		t.Errorf("got hostname %q command %v", b.Hostname, b.Command)
+	}
+}

@@ -59,6 +59,9 @@ type Decoded struct {
 	// and set RefFunc instead, which is called only if something refers to the instance.
 	Ref     cty.Value
 	RefFunc func() cty.Value
+	// RefAttr, if set, returns one attribute of the reference value (false if there is no
+	// such attribute), so that `TYPE.NAME.ATTR` need not build the whole object.
+	RefAttr func(name string) (cty.Value, bool)
 	// References are instances named by the configuration's typed attributes (network, node,
 	// artifact); each must exist and becomes a dependency.
 	References []Reference
@@ -77,6 +80,7 @@ type ResourceInstance struct {
 	Config         any
 	Ref            cty.Value // see RefValue: NilVal until something refers to the instance
 	refFunc        func() cty.Value
+	refAttr        func(string) (cty.Value, bool)
 	DependsOn      []addrs.Instance // sorted; references, depends_on and typed references
 	PreventDestroy bool
 	DeclRange      hcl.Range
@@ -624,6 +628,8 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 		m[name] = v
 	}
 	var data map[string]map[string]cty.Value
+	var partial map[string]map[string]cty.Value // resource key → referenced attributes
+	var full map[string]*resSlot                // resources referenced as a whole
 	var modFull map[string]cty.Value
 	var modPart map[string]map[string]cty.Value
 	out := make(map[string]cty.Value, 4)
@@ -751,10 +757,37 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 				continue
 			}
 			rs := e.resource(mi, key)
-			put(root, name, rs.value())
 			deps = append(deps, rs)
 			failed = failed || rs.failed
+			// TYPE.NAME.ATTR on a single-instance resource needs only that attribute
+			if attr := attrName(tr, 2); attr != "" && rs.kind == repNone && !rs.failed && len(rs.insts) == 1 && rs.insts[0].refAttr != nil {
+				if v, ok := rs.insts[0].refAttr(attr); ok {
+					if partial == nil {
+						partial = map[string]map[string]cty.Value{}
+					}
+					if partial[key] == nil {
+						partial[key] = map[string]cty.Value{}
+					}
+					partial[key][attr] = v
+					continue
+				}
+			}
+			if full == nil {
+				full = map[string]*resSlot{}
+			}
+			full[key] = rs
 		}
+	}
+	for key, attrs := range partial {
+		if _, ok := full[key]; ok {
+			continue
+		}
+		typ, name, _ := strings.Cut(key, ".")
+		put(typ, name, cty.ObjectVal(attrs))
+	}
+	for key, rs := range full {
+		typ, name, _ := strings.Cut(key, ".")
+		put(typ, name, rs.value())
 	}
 	for root, m := range vars {
 		out[root] = cty.ObjectVal(m)
@@ -998,7 +1031,7 @@ func (j *decodeJob) run() {
 		j.failed = true
 		return
 	}
-	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.References
+	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.refAttr, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.RefAttr, dec.References
 }
 
 // runJobs runs the deferred decode jobs on all CPUs, then merges their diagnostics in job

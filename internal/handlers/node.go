@@ -251,7 +251,8 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 		return nil, d.list
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].Attr < refs[j].Attr })
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(req.Addr, c) }, References: refs}, d.list
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(req.Addr, c) },
+		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(req.Addr, c, n) }, References: refs}, d.list
 }
 
 // Desired implements plans.Handler.

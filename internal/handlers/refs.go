@@ -1,8 +1,6 @@
 package handlers
 
 import (
-	"sort"
-
 	"github.com/zclconf/go-cty/cty"
 	"zyvor.dev/sysbox/internal/addrs"
 )
@@ -48,55 +46,76 @@ var (
 	provisionerType = cty.Object(map[string]cty.Type{"type": cty.String, "command": cty.List(cty.String)})
 )
 
-func nodeRef(addr addrs.Instance, c NodeConfig) cty.Value {
-	atts := make(map[string]cty.Value, len(c.Attachments))
-	names := make([]string, 0, len(c.Attachments))
-	for n := range c.Attachments {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		a := c.Attachments[n]
-		atts[n] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(n), "network": cty.StringVal(a.Network), "ipv4": strListVal(a.IPv4),
-			"mac": cty.StringVal(a.MAC), "gateway": optStr(a.Gateway), "aliases": strListVal(a.Aliases)})
-	}
-	attachment := cty.MapValEmpty(attachmentType)
-	if len(atts) > 0 {
-		attachment = cty.MapVal(atts)
-	}
-	routes := cty.ListValEmpty(routeType)
-	if len(c.Routes) > 0 {
+var nodeAttrNames = []string{"address", "driver", "artifact", "kernel", "cpus", "memory_mb", "command", "environment",
+	"hostname", "attachment", "route", "provisioner", "external_id", "generation", "observation"}
+
+// nodeAttr returns one attribute of a node's reference value.
+func nodeAttr(addr addrs.Instance, c NodeConfig, name string) (cty.Value, bool) {
+	switch name {
+	case "address":
+		return cty.StringVal(addr.String()), true
+	case "driver":
+		return cty.StringVal(c.Driver), true
+	case "artifact":
+		return optStr(c.Artifact), true
+	case "kernel":
+		return optStr(c.Kernel), true
+	case "cpus":
+		return intVal(c.CPUs), true
+	case "memory_mb":
+		return intVal(c.MemoryMB), true
+	case "command":
+		return strListVal(c.Command), true
+	case "environment":
+		return strMapVal(c.Environment), true
+	case "hostname":
+		return optStr(c.Hostname), true
+	case "attachment":
+		if len(c.Attachments) == 0 {
+			return cty.MapValEmpty(attachmentType), true
+		}
+		atts := make(map[string]cty.Value, len(c.Attachments))
+		for n, a := range c.Attachments {
+			atts[n] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(n), "network": cty.StringVal(a.Network), "ipv4": strListVal(a.IPv4),
+				"mac": cty.StringVal(a.MAC), "gateway": optStr(a.Gateway), "aliases": strListVal(a.Aliases)})
+		}
+		return cty.MapVal(atts), true
+	case "route":
+		if len(c.Routes) == 0 {
+			return cty.ListValEmpty(routeType), true
+		}
 		vs := make([]cty.Value, len(c.Routes))
 		for i, r := range c.Routes {
 			vs[i] = cty.ObjectVal(map[string]cty.Value{"to": cty.StringVal(r.To), "via": cty.StringVal(r.Via)})
 		}
-		routes = cty.ListVal(vs)
-	}
-	provs := cty.ListValEmpty(provisionerType)
-	if len(c.Provisioner) > 0 {
+		return cty.ListVal(vs), true
+	case "provisioner":
+		if len(c.Provisioner) == 0 {
+			return cty.ListValEmpty(provisionerType), true
+		}
 		vs := make([]cty.Value, len(c.Provisioner))
 		for i, p := range c.Provisioner {
 			vs[i] = cty.ObjectVal(map[string]cty.Value{"type": cty.StringVal(p.Type), "command": strListVal(p.Command)})
 		}
-		provs = cty.ListVal(vs)
+		return cty.ListVal(vs), true
+	case "external_id", "observation":
+		return cty.UnknownVal(cty.String), true
+	case "generation":
+		return cty.UnknownVal(cty.Number), true
 	}
-	return cty.ObjectVal(map[string]cty.Value{
-		"address":     cty.StringVal(addr.String()),
-		"driver":      cty.StringVal(c.Driver),
-		"artifact":    optStr(c.Artifact),
-		"kernel":      optStr(c.Kernel),
-		"cpus":        intVal(c.CPUs),
-		"memory_mb":   intVal(c.MemoryMB),
-		"command":     strListVal(c.Command),
-		"environment": strMapVal(c.Environment),
-		"hostname":    optStr(c.Hostname),
-		"attachment":  attachment,
-		"route":       routes,
-		"provisioner": provs,
-		"external_id": cty.UnknownVal(cty.String),
-		"generation":  cty.UnknownVal(cty.Number),
-		"observation": cty.UnknownVal(cty.String),
-	})
+	return cty.NilVal, false
+}
+
+func nodeRef(addr addrs.Instance, c NodeConfig) cty.Value {
+	return objectOf(nodeAttrNames, func(n string) (cty.Value, bool) { return nodeAttr(addr, c, n) })
+}
+
+func objectOf(names []string, get func(string) (cty.Value, bool)) cty.Value {
+	m := make(map[string]cty.Value, len(names))
+	for _, n := range names {
+		m[n], _ = get(n)
+	}
+	return cty.ObjectVal(m)
 }
 
 func networkRef(addr addrs.Instance, c NetworkConfig) cty.Value {
