@@ -205,24 +205,39 @@ func Decode(data []byte) (*State, error) {
 	return st, nil
 }
 
-// readDocument walks the top-level object once, keeping resources and outputs as raw bytes
-// (exactly as in the document, for the checksum). Unknown top-level keys, trailing data and
-// a truncated document are corrupt.
+// readDocument validates the document in one pass (json.Valid), then walks its top-level object
+// by value extents, keeping resources and outputs as the exact bytes in the document (for the
+// checksum) without copying them. Unknown top-level keys are corrupt.
 func readDocument(data []byte) (header, error) {
 	var h header
-	torn := func(err error) error {
-		return &CorruptError{Reason: "not a complete JSON document (torn or truncated?): " + err.Error()}
+	if !json.Valid(data) {
+		var v any
+		err := json.Unmarshal(data, &v)
+		return h, &CorruptError{Reason: fmt.Sprintf("not a complete JSON document (torn or truncated?): %v", err)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return h, torn(fmt.Errorf("want an object, got %v (%v)", tok, err))
+	i := skipSpace(data, 0)
+	if data[i] != '{' {
+		return h, &CorruptError{Reason: "not a JSON object"}
 	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return h, torn(err)
+	i++
+	for {
+		i = skipSpace(data, i)
+		switch data[i] {
+		case '}':
+			return h, nil
+		case ',':
+			i = skipSpace(data, i+1)
 		}
-		key, _ := tok.(string)
+		kEnd := valueEnd(data, i)
+		var key string
+		if err := json.Unmarshal(data[i:kEnd], &key); err != nil {
+			return h, &CorruptError{Reason: "top-level key: " + err.Error()}
+		}
+		i = skipSpace(data, kEnd) + 1 // the colon
+		i = skipSpace(data, i)
+		vEnd := valueEnd(data, i)
+		val := data[i:vEnd]
+		i = vEnd
 		var dst any
 		switch key {
 		case "format_version":
@@ -236,23 +251,59 @@ func readDocument(data []byte) (header, error) {
 		case "sha256":
 			dst = &h.SHA256
 		case "resources":
-			dst = &h.Resources
+			h.Resources = val
+			continue
 		case "outputs":
-			dst = &h.Outputs
+			h.Outputs = val
+			continue
 		default:
 			return h, &CorruptError{Reason: fmt.Sprintf("unknown top-level field %q", key)}
 		}
-		if err := dec.Decode(dst); err != nil {
-			return h, torn(fmt.Errorf("%s: %w", key, err))
+		if err := json.Unmarshal(val, dst); err != nil {
+			return h, &CorruptError{Reason: fmt.Sprintf("%s: %v", key, err)}
 		}
 	}
-	if _, err := dec.Token(); err != nil {
-		return h, torn(err)
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return h, &CorruptError{Reason: "data after the state document"}
+	return i
+}
+
+// valueEnd returns the end of the JSON value starting at b[i], in a document already known to
+// be valid.
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			for j++; b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					j++
+				}
+			}
+			if depth == 0 {
+				return j + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return j // the end of an enclosing container: a scalar ended here
+			}
+			depth--
+			if depth == 0 {
+				return j + 1
+			}
+		case ',', ' ', '\n', '\t', '\r':
+			if depth == 0 {
+				return j
+			}
+		}
 	}
-	return h, nil
+	return len(b)
 }
 
 // decodeResources decodes the resources array. Encode writes one resource per line, and a raw
@@ -290,6 +341,10 @@ func decodeLines(lines [][]byte) ([]*Resource, error) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(lines); i += workers {
+				if r, ok := fastResource(lines[i]); ok {
+					rs[i] = r
+					continue
+				}
 				var r Resource
 				dec := json.NewDecoder(bytes.NewReader(lines[i]))
 				dec.DisallowUnknownFields()
