@@ -2,7 +2,6 @@ package states
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 )
@@ -62,13 +61,4 @@ func checkHeader(h Header, seenVersion bool) error {
 		return &CorruptError{Reason: "no lineage"}
 	}
 	return nil
-}
-
-// IsRefusal reports whether err is one of the typed refusals Decode returns (unsupported
-// version, corrupt, incompatible).
-func IsRefusal(err error) bool {
-	var u *UnsupportedVersionError
-	var c *CorruptError
-	var i *IncompatibleStateError
-	return errors.As(err, &u) || errors.As(err, &c) || errors.As(err, &i)
 }
