@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
@@ -46,6 +47,9 @@ func New(ctx context.Context, path, name string) (*Backend, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite backend %s: %w", path, err)
+	}
+	if strings.ContainsAny(abs, "?#") {
+		return nil, fmt.Errorf("sqlite backend %s: a path may not contain '?' or '#'", abs)
 	}
 	if err := durable.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite backend %s: %w", path, err)

@@ -138,3 +138,15 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	}
 	b.Unlock(ctx, id2)
 }
+
+func TestPathWithSpacesWorksAndQueryCharsRefused(t *testing.T) {
+	ctx := context.Background()
+	b, err := New(ctx, filepath.Join(t.TempDir(), "my lab", "state.db"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if _, err := New(ctx, filepath.Join(t.TempDir(), "a?b.db"), ""); err == nil || !strings.Contains(err.Error(), "may not contain") {
+		t.Fatalf("got %v, want a refusal of '?'", err)
+	}
+}
