@@ -1,24 +1,32 @@
-// Package bench measures the executor at scale with the in-memory fake driver: apply of a
-// topology of 10,000 resources, the no-change plan of that topology (planning from state and
-// converting to executor actions, plus the no-op apply), and its destroy.
+// Package bench measures sysbox's plan → execute path at 10,000 resources with the in-memory
+// fake driver standing in for netns: a topology of 100 networks and 9,900 nodes written as HCL
+// (count), decoded and evaluated, planned by the real planner against the local state
+// backend, then applied by the checkpointed executor; then the no-change plan of the same
+// topology against the stored state; then destroy.
 //
 //	go test -run '^$' -bench . -benchtime 1x ./bench/exec/
 //
-// The figures are printed per resource with -v (b.ReportMetric). There are no timed
-// assertions: compare runs, do not gate on them.
+// Metrics (per run, seconds unless named otherwise):
+//
+//	apply-s          executor apply of 10,000 creates (checkpointed, CAS-saved)
+//	noop-plan-s      read state + evaluate HCL + plan: the `sysbox plan` of an unchanged lab
+//	noop-apply-s     the executor's part of an apply with nothing to do (locked read, checks)
+//	destroy-s        executor destroy of everything + residue audit
+//
+// No timed assertions: compare runs, do not gate on them.
 package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/backend"
 	"zyvor.dev/sysbox/internal/backend/local"
+	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/fake"
 	"zyvor.dev/sysbox/internal/exec"
@@ -27,49 +35,36 @@ import (
 	"zyvor.dev/sysbox/internal/states"
 )
 
-const (
-	networks = 100
-	nodes    = 9900 // + networks = 10,000 resources
-)
-
-// desired builds the planner's view: one ResourceAction per resource with handler stored
-// forms, so FromPlan and the executor see exactly what a real plan carries.
-func desired() []plans.ResourceAction {
-	var out []plans.ResourceAction
-	for i := 0; i < networks; i++ {
-		a := addrs.MustParseInstance(fmt.Sprintf("sysbox_network.lan[%d]", i))
-		attrs := mustJSON(handlers.NetworkConfig{Driver: "netns", IPv4CIDR: fmt.Sprintf("198.18.%d.0/24", i), MTU: 1500})
-		out = append(out, plans.ResourceAction{Address: a, Action: plans.Create, Type: "sysbox_network", Mode: "managed", SchemaVersion: 1, After: attrs, Driver: "netns"})
-	}
-	for i := 0; i < nodes; i++ {
-		a := addrs.MustParseInstance(fmt.Sprintf("sysbox_node.n[%d]", i))
-		net := fmt.Sprintf("sysbox_network.lan[%d]", i%networks)
-		c := handlers.NodeConfig{Driver: "netns", Command: []string{"sleep", "infinity"},
-			Attachments: map[string]handlers.Attachment{"lan": {Network: net, MAC: fmt.Sprintf("02:00:00:%02x:%02x:%02x", i>>16&255, i>>8&255, i&255),
-				IPv4: []string{fmt.Sprintf("198.18.%d.%d/24", i%networks, 10+i/networks)}}}}
-		out = append(out, plans.ResourceAction{Address: a, Action: plans.Create, Type: "sysbox_node", Mode: "managed", SchemaVersion: 1,
-			After: mustJSON(c), Driver: "netns", DependsOn: []addrs.Instance{addrs.MustParseInstance(net)}})
-	}
-	return out
+const hcl = `
+resource "sysbox_network" "lan" {
+  count     = 100
+  ipv4_cidr = "198.18.${count.index}.0/24"
 }
 
-func mustJSON(v any) []byte {
-	b, err := jsonMarshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
+resource "sysbox_node" "n" {
+  count   = 9900
+  driver  = "netns"
+  command = ["sleep", "infinity"]
+  attachment "lan" {
+    network = sysbox_network.lan[count.index % 100]
+    ipv4    = ["198.18.${count.index % 100}.${10 + floor(count.index / 100)}/24"]
+  }
 }
+`
 
 type env struct {
-	ex    *exec.Executor
-	mgr   *backend.Manager
-	fake  *fake.Driver
-	state string
+	dir  string
+	ex   *exec.Executor
+	mgr  *backend.Manager
+	reg  *driver.Registry
+	fake *fake.Driver
 }
 
 func newEnv(b *testing.B) *env {
 	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), []byte(hcl), 0o644); err != nil {
+		b.Fatal(err)
+	}
 	d, err := fake.New(fake.Options{}) // memory only: the driver is not what is measured
 	if err != nil {
 		b.Fatal(err)
@@ -78,102 +73,92 @@ func newEnv(b *testing.B) *env {
 	if err := reg.Register(d.As("netns")); err != nil {
 		b.Fatal(err)
 	}
-	be, err := local.New(filepath.Join(dir, "state.sbxstate"))
+	be, err := local.New(filepath.Join(dir, ".sysbox", "state"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	mgr := backend.NewManager(be, backend.Options{})
-	return &env{fake: d, mgr: mgr, state: dir,
+	return &env{dir: dir, fake: d, mgr: mgr, reg: reg,
 		ex: &exec.Executor{Registry: reg, State: mgr.Store(), Dir: filepath.Join(dir, ".sysbox"), Parallelism: exec.DefaultParallelism}}
 }
 
-// noChangePlan plans the desired topology against the stored state the way apply does:
-// every resource compared through its handler, then converted to executor actions.
-func noChangePlan(b *testing.B, e *env, want []plans.ResourceAction) (int, time.Duration) {
-	start := time.Now()
+// plan reads the state, evaluates the topology and plans it, as `sysbox plan` does.
+func (e *env) plan(b *testing.B) *plans.Plan {
 	st, err := e.mgr.Read(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
+	m, src, diags := config.Load(e.dir)
+	if diags.HasErrors() {
+		b.Fatal(diags)
+	}
 	hs := handlers.Builtin()
-	prior := map[string]*states.Resource{}
-	for _, r := range st.Resources {
-		prior[r.Addr.String()] = r
+	tp, diags := config.Evaluate(m, src, config.Options{Schemas: hs})
+	if diags.HasErrors() {
+		b.Fatal(diags)
 	}
-	var acts []plans.ResourceAction
-	changes := 0
-	for _, ra := range want {
-		p := prior[ra.Address.String()]
-		if p == nil {
-			changes++
-			acts = append(acts, ra)
-			continue
-		}
-		h, _ := hs.Handler(ra.Address.Resource.Mode, ra.Type)
-		d, err := h.Diff(p.Attributes, ra.After)
-		if err != nil {
-			b.Fatal(err)
-		}
-		a := ra
-		a.Action = d.Action
-		if d.Action != plans.NoOp {
-			changes++
-		}
-		acts = append(acts, a)
-	}
-	xacts, err := exec.FromPlan(&plans.Plan{Actions: acts}, st)
+	p, err := (&plans.Planner{Handlers: hs, Capabilities: e.reg, ToolVersion: "bench"}).Plan(plans.Request{Topology: tp, Prior: plans.FromState(st)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	res, err := e.ex.Apply(context.Background(), &exec.Plan{Actions: xacts})
+	return p
+}
+
+// apply executes p the way `sysbox apply` does (actions converted under the lock).
+func (e *env) apply(b *testing.B, p *plans.Plan) *exec.Result {
+	res, err := e.ex.Apply(context.Background(), &exec.Plan{Fingerprint: p.Fingerprint.ActionsDigest,
+		Prepare: func(ctx context.Context, st *states.State) ([]exec.Action, error) { return exec.FromPlan(p, st) }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if res.Noop != len(want) {
-		b.Fatalf("no-change apply: %d no-op of %d", res.Noop, len(want))
-	}
-	return changes, time.Since(start)
+	return res
 }
 
 func BenchmarkExec10k(b *testing.B) {
-	want := desired()
 	for i := 0; i < b.N; i++ {
 		e := newEnv(b)
-		ctx := context.Background()
-		acts, err := exec.FromPlan(&plans.Plan{Actions: want}, nil)
-		if err != nil {
-			b.Fatal(err)
+		first := e.plan(b)
+		if got := len(first.Actions); got != 10000 {
+			b.Fatalf("plan: %d actions, want 10000", got)
 		}
 		t0 := time.Now()
-		res, err := e.ex.Apply(ctx, &exec.Plan{Fingerprint: "bench", Actions: acts})
-		if err != nil {
-			b.Fatal(err)
-		}
+		res := e.apply(b, first)
 		apply := time.Since(t0)
-		if res.Done != len(want) {
-			b.Fatalf("apply: %d done of %d", res.Done, len(want))
+		if res.Done != 10000 {
+			b.Fatalf("apply: %d done", res.Done)
 		}
-		changes, noop := noChangePlan(b, e, want)
-		if changes != 0 {
-			b.Fatalf("no-change plan found %d changes", changes)
-		}
+
 		t1 := time.Now()
-		dres, residue, err := e.ex.Destroy(ctx, nil)
+		again := e.plan(b)
+		noopPlan := time.Since(t1)
+		if again.HasChanges() {
+			b.Fatalf("no-change plan has changes: %v", again.Counts())
+		}
+		t2 := time.Now()
+		nres := e.apply(b, again)
+		noopApply := time.Since(t2)
+		if nres.Noop != 10000 {
+			b.Fatalf("no-change apply: %d no-op", nres.Noop)
+		}
+
+		t3 := time.Now()
+		dres, residue, err := e.ex.Destroy(context.Background(), nil)
 		if err != nil || len(residue) != 0 {
 			b.Fatalf("destroy: %v %v", err, residue)
 		}
-		destroy := time.Since(t1)
+		destroy := time.Since(t3)
+		if w := e.fake.World(); len(w.Nodes)+len(w.Networks) != 0 {
+			b.Fatal("world not empty after destroy")
+		}
 		b.ReportMetric(apply.Seconds(), "apply-s")
-		b.ReportMetric(noop.Seconds(), "noop-plan-s")
+		b.ReportMetric(noopPlan.Seconds(), "noop-plan-s")
+		b.ReportMetric(noopApply.Seconds(), "noop-apply-s")
 		b.ReportMetric(destroy.Seconds(), "destroy-s")
 		b.ReportMetric(float64(res.Checkpoint.Records), "apply-ckpt-records")
 		b.ReportMetric(float64(res.Checkpoint.Syncs), "apply-ckpt-fsyncs")
 		b.ReportMetric(float64(res.StateSaves), "apply-state-saves")
 		b.ReportMetric(float64(dres.StateSaves), "destroy-state-saves")
-		if w := e.fake.World(); len(w.Nodes) != 0 {
-			b.Fatalf("world not empty after destroy")
-		}
+		fmt.Fprintf(os.Stderr, "apply %.2fs (%d records / %d fsyncs / %d state saves), no-change plan %.3fs, no-op apply %.3fs, destroy %.2fs\n",
+			apply.Seconds(), res.Checkpoint.Records, res.Checkpoint.Syncs, res.StateSaves, noopPlan.Seconds(), noopApply.Seconds(), destroy.Seconds())
 	}
 }
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -43,6 +43,10 @@ type saver struct {
 	err      error // sticky
 	saves    int
 	fp       *failpoint
+	// pause paces background saves: after a save that took d, the loop waits up to d before
+	// the next one (so that saving a large state takes at most about half the time and the
+	// batches grow), unless a synchronous commit is waiting.
+	pause chan struct{}
 }
 
 type pendingSave struct {
@@ -51,7 +55,7 @@ type pendingSave struct {
 }
 
 func newSaver(store StateStore, st *states.State, now func() time.Time) *saver {
-	return &saver{store: store, st: st, stored: st.Serial, now: now, fp: failpointFromEnv()}
+	return &saver{store: store, st: st, stored: st.Serial, now: now, fp: failpointFromEnv(), pause: make(chan struct{}, 1)}
 }
 
 // view runs fn with the working state under the lock (fn must not keep references).
@@ -64,13 +68,17 @@ func (s *saver) view(fn func(st *states.State)) {
 // commit applies change and returns once it is durably saved.
 func (s *saver) commit(ctx context.Context, change func(st *states.State)) error {
 	ch := make(chan error, 1)
-	s.commitAsync(ctx, change, func(err error) { ch <- err })
+	s.commitWith(ctx, change, func(err error) { ch <- err }, true)
 	return <-ch
 }
 
 // commitAsync applies change and arranges for fn (may be nil) to be called, on its own
 // goroutine, once a save including the change has succeeded or saving has failed.
 func (s *saver) commitAsync(ctx context.Context, change func(st *states.State), fn func(error)) {
+	s.commitWith(ctx, change, fn, false)
+}
+
+func (s *saver) commitWith(ctx context.Context, change func(st *states.State), fn func(error), urgent bool) {
 	s.mu.Lock()
 	change(s.st)
 	s.gen++
@@ -84,6 +92,12 @@ func (s *saver) commitAsync(ctx context.Context, change func(st *states.State), 
 	}
 	if fn != nil {
 		s.cbs = append(s.cbs, pendingSave{gen: s.gen, fn: fn})
+	}
+	if s.saving && s.pause != nil && urgent {
+		select { // a waiting caller cuts the pacing pause short
+		case s.pause <- struct{}{}:
+		default:
+		}
 	}
 	if !s.saving {
 		s.saving = true
@@ -102,7 +116,9 @@ func (s *saver) loop(ctx context.Context) {
 		snap.ToolVersion = states.ToolVersion()
 		prev := s.stored
 		s.mu.Unlock()
+		began := time.Now()
 		err := s.store.Save(ctx, snap, prev)
+		took := time.Since(began)
 		s.mu.Lock()
 		if err != nil {
 			s.err = fmt.Errorf("save state (serial %d → %d): %w", prev, snap.Serial, err)
@@ -127,6 +143,12 @@ func (s *saver) loop(ctx context.Context) {
 		s.mu.Unlock()
 		for _, fn := range ready {
 			go fn(e)
+		}
+		if e == nil && took > 5*time.Millisecond {
+			select {
+			case <-s.pause:
+			case <-time.After(min(took, time.Second)):
+			}
 		}
 		s.mu.Lock()
 	}

@@ -109,6 +109,10 @@ type Driver struct {
 
 	unavailable bool
 	lastEnv     map[string]map[string]string // node id -> environment seen at create (memory only)
+
+	// Indexes (memory only, rebuilt on load) keep per-call work independent of world size.
+	byNode map[string]map[string]bool // node id -> ids of its NICs and policies
+	byMAC  map[string]map[string]bool // network id + "|" + MAC -> NIC ids
 }
 
 var (
@@ -154,6 +158,7 @@ func New(opts Options) (*Driver, error) {
 			d.world.fill()
 		}
 	}
+	d.reindex()
 	for _, spec := range []string{opts.Failpoints, os.Getenv(EnvFailpoints)} {
 		fps, err := ParseFailpoints(spec)
 		if err != nil {
@@ -404,6 +409,7 @@ func (d *Driver) Remove(id string) error {
 	delete(d.world.Nodes, id)
 	delete(d.world.NICs, id)
 	delete(d.world.Policies, id)
+	d.reindex()
 	return d.persist()
 }
 
@@ -731,15 +737,14 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 		return err
 	}
 	// Like a network namespace: its devices and tables go with it.
-	for id, c := range d.world.NICs {
-		if c.Node == n.ID {
-			delete(d.world.NICs, id)
-		}
+	nics, pols := d.children(n.ID)
+	for _, c := range nics {
+		d.idxNIC(c, false)
+		delete(d.world.NICs, c.ID)
 	}
-	for id, p := range d.world.Policies {
-		if p.Node == n.ID {
-			delete(d.world.Policies, id)
-		}
+	for _, p := range pols {
+		d.idxPolicy(p, false)
+		delete(d.world.Policies, p.ID)
 	}
 	delete(d.world.Nodes, n.ID)
 	delete(d.lastEnv, n.ID)
@@ -778,8 +783,8 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 		return substrate.AttachmentState{}, fmt.Errorf("fake attach %s: network %s: %w", spec.Name, spec.Network.ExternalID, driver.ErrNotFound)
 	}
 	// The same MAC may not be live twice on one network (a prior generation must be quiesced).
-	for _, c := range d.world.NICs {
-		if c.Network == spec.Network.ExternalID && c.MAC == spec.MAC && c.Up && c.Node != n.ID {
+	for cid := range d.byMAC[spec.Network.ExternalID+"|"+spec.MAC] {
+		if c := d.world.NICs[cid]; c != nil && c.Up && c.Node != n.ID {
 			return substrate.AttachmentState{}, fmt.Errorf("fake attach %s: mac %s already live on network %s (nic %s)", spec.Name, spec.MAC, c.Network, c.ID)
 		}
 	}
@@ -791,8 +796,12 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 	if c := d.world.NICs[id]; c != nil && c.Marker == m {
 		return st, nil
 	}
+	if old := d.world.NICs[id]; old != nil {
+		d.idxNIC(old, false)
+	}
 	d.world.NICs[id] = &NIC{ID: id, Marker: m, Owner: spec.Owner, Node: n.ID, Name: spec.Name,
 		Network: spec.Network.ExternalID, MAC: spec.MAC, IPv4: spec.IPv4, Up: !n.Quiesced}
+	d.idxNIC(d.world.NICs[id], true)
 	return st, d.commit("Attach")
 }
 
@@ -830,6 +839,7 @@ func (d *Driver) Detach(ctx context.Context, node substrate.Handle, st substrate
 	if err := owned("nic", id, c.Marker, owner); err != nil {
 		return err
 	}
+	d.idxNIC(c, false)
 	delete(d.world.NICs, id)
 	return d.commit("Detach")
 }
@@ -923,6 +933,7 @@ func (d *Driver) ApplyPolicy(ctx context.Context, node substrate.Handle, atts []
 		}
 	}
 	d.world.Policies[id] = &Policy{ID: id, Marker: m, Owner: spec.Owner, Node: n.ID, Digest: spec.Digest()}
+	d.idxPolicy(d.world.Policies[id], true)
 	if err := d.commit("ApplyPolicy"); err != nil {
 		return substrate.Handle{}, err
 	}
@@ -985,6 +996,7 @@ func (d *Driver) DeletePolicy(ctx context.Context, node substrate.Handle, h subs
 	if err := owned("policy", p.ID, p.Marker, owner); err != nil {
 		return err
 	}
+	d.idxPolicy(p, false)
 	delete(d.world.Policies, p.ID)
 	return d.commit("DeletePolicy")
 }
@@ -1006,10 +1018,9 @@ func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, prio
 			return substrate.Handle{}, err
 		}
 		p.Quiesced = true
-		for _, c := range d.world.NICs {
-			if c.Node == p.ID {
-				c.Up = false
-			}
+		nics, _ := d.children(p.ID)
+		for _, c := range nics {
+			c.Up = false
 		}
 	}
 	return d.createNode("NewGeneration", spec)
@@ -1041,8 +1052,9 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 	}
 	n.Marker, n.Owner, n.Foreign = owner.Marker(), owner, false
 	var atts []substrate.AttachmentState
-	for _, c := range d.world.NICs {
-		if c.Node == n.ID {
+	nics, _ := d.children(n.ID)
+	for _, c := range nics {
+		{
 			c.Marker, c.Owner = n.Marker, owner
 			pb, _ := json.Marshal(nicPrivate{ID: c.ID})
 			atts = append(atts, substrate.AttachmentState{Name: c.Name, MAC: c.MAC, IPv4: c.IPv4,
@@ -1108,4 +1120,48 @@ func (a *Alias) Descriptor() driver.Descriptor {
 	desc := a.Driver.Descriptor()
 	desc.Name = a.name
 	return desc
+}
+
+func (d *Driver) reindex() {
+	d.byNode, d.byMAC = map[string]map[string]bool{}, map[string]map[string]bool{}
+	for _, c := range d.world.NICs {
+		d.idxNIC(c, true)
+	}
+	for _, p := range d.world.Policies {
+		d.idxPolicy(p, true)
+	}
+}
+
+func setAdd(m map[string]map[string]bool, k, v string, add bool) {
+	if add {
+		if m[k] == nil {
+			m[k] = map[string]bool{}
+		}
+		m[k][v] = true
+		return
+	}
+	delete(m[k], v)
+	if len(m[k]) == 0 {
+		delete(m, k)
+	}
+}
+
+func (d *Driver) idxNIC(c *NIC, add bool) {
+	setAdd(d.byNode, c.Node, c.ID, add)
+	setAdd(d.byMAC, c.Network+"|"+c.MAC, c.ID, add)
+}
+
+func (d *Driver) idxPolicy(p *Policy, add bool) { setAdd(d.byNode, p.Node, p.ID, add) }
+
+// children returns the NICs and policies of a node.
+func (d *Driver) children(node string) (nics []*NIC, pols []*Policy) {
+	for id := range d.byNode[node] {
+		if c := d.world.NICs[id]; c != nil {
+			nics = append(nics, c)
+		}
+		if p := d.world.Policies[id]; p != nil {
+			pols = append(pols, p)
+		}
+	}
+	return nics, pols
 }
