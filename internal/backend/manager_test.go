@@ -194,13 +194,13 @@ func TestLeaseRenewedWhileHeldAndLostLeaseRefusesSave(t *testing.T) {
 		t.Cleanup(func() { b.Close() })
 		return b
 	}
-	m := backend.NewManager(open(), backend.Options{LeaseTTL: 300 * time.Millisecond})
+	m := backend.NewManager(open(), backend.Options{LeaseTTL: time.Second})
 	tx, err := m.Begin(ctx, "apply")
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := open()
-	time.Sleep(time.Second) // > 3 TTLs: only renewal keeps it held
+	time.Sleep(2500 * time.Millisecond) // > 2 TTLs: only renewal keeps it held
 	if _, err := other.(backend.Locker).Lock(ctx, backend.NewLockInfo("destroy")); !errors.Is(err, backend.ErrLocked) {
 		t.Fatalf("lease held and renewed: got %v, want ErrLocked", err)
 	}
@@ -213,7 +213,7 @@ func TestLeaseRenewedWhileHeldAndLostLeaseRefusesSave(t *testing.T) {
 	if err := backend.NewManager(other, backend.Options{}).ForceUnlock(ctx, tx.LockID()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(time.Second) // > TTL/3: a renewal has run and failed
 	if err := tx.Save(ctx, st); !errors.Is(err, backend.ErrLockID) || !strings.Contains(err.Error(), "lease") {
 		t.Fatalf("save after the lease was lost: got %v, want a lost-lease error", err)
 	}

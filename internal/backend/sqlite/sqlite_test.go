@@ -112,7 +112,7 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	}
 	defer b.Close()
 	info := backend.NewLockInfo("apply")
-	info.TTL = 300 * time.Millisecond
+	info.TTL = time.Second
 	id, err := a.Lock(ctx, info)
 	if err != nil {
 		t.Fatal(err)
@@ -120,15 +120,15 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	if _, err := b.Lock(ctx, backend.NewLockInfo("apply")); !errors.Is(err, backend.ErrLocked) || !strings.Contains(err.Error(), "lease expires") {
 		t.Fatalf("live lease: got %v, want ErrLocked naming the lease expiry", err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if err := a.RenewLock(ctx, id, 300*time.Millisecond); err != nil {
+	time.Sleep(600 * time.Millisecond)
+	if err := a.RenewLock(ctx, id, time.Second); err != nil {
 		t.Fatalf("renew: %v", err)
 	}
-	time.Sleep(200 * time.Millisecond) // 400ms after taking it, but renewed at 200ms
+	time.Sleep(600 * time.Millisecond) // 1.2s after taking it, but renewed at 0.6s
 	if _, err := b.Lock(ctx, backend.NewLockInfo("apply")); !errors.Is(err, backend.ErrLocked) {
 		t.Fatalf("renewed lease: got %v, want ErrLocked", err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(800 * time.Millisecond) // 0.4s past the renewed expiry
 	id2, err := b.Lock(ctx, backend.NewLockInfo("apply"))
 	if err != nil {
 		t.Fatalf("expired lease: got %v, want it taken over", err)
