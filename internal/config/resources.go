@@ -1,0 +1,693 @@
+package config
+
+import (
+	"fmt"
+	"math/big"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/ext/dynblock"
+	"github.com/hashicorp/hcl/v2/hcldec"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+	"zyvor.dev/sysbox/internal/addrs"
+)
+
+type expansion struct {
+	kind repKind
+	reps []rep
+	keys []addrs.InstanceKey
+}
+
+func (e *evaluator) expand(mi *modInst, count, forEach hcl.Expression, what string) (expansion, []*resSlot, bool) {
+	switch {
+	case count != nil:
+		v, deps, failed := e.evalExpr(mi, count, rep{}, repNone)
+		if failed {
+			return expansion{}, deps, true
+		}
+		v, marks := v.Unmark()
+		switch {
+		case len(marks) > 0:
+			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must not come from a sensitive value", what)
+		case !v.IsKnown():
+			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count depends on values known only after apply; it must be known when planning", what)
+		case v.IsNull():
+			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a number, not null", what)
+		default:
+			n, err := convert.Convert(v, cty.Number)
+			if err != nil {
+				e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a whole number: %v", what, err)
+				return expansion{}, deps, true
+			}
+			i, acc := n.AsBigFloat().Int64()
+			if acc != big.Exact || i < 0 || i > 1<<20 {
+				e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a whole number between 0 and %d, got %s", what, 1<<20, n.AsBigFloat().String())
+				return expansion{}, deps, true
+			}
+			x := expansion{kind: repCount}
+			for k := 0; k < int(i); k++ {
+				x.reps = append(x.reps, rep{kind: repCount, index: k})
+				x.keys = append(x.keys, addrs.IntKey(k))
+			}
+			return x, deps, false
+		}
+		return expansion{}, deps, true
+	case forEach != nil:
+		v, deps, failed := e.evalExpr(mi, forEach, rep{}, repNone)
+		if failed {
+			return expansion{}, deps, true
+		}
+		v, marks := v.UnmarkDeep()
+		ty := v.Type()
+		switch {
+		case len(marks) > 0:
+			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must not come from sensitive values or secret references", what)
+		case !v.IsWhollyKnown() && !(v.IsKnown() && (ty.IsMapType() || ty.IsObjectType())):
+			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each depends on values known only after apply; its keys must be known when planning", what)
+		case v.IsNull():
+			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must be a map or a set of strings, not null", what)
+		case ty.IsSetType():
+			if !ty.ElementType().Equals(cty.String) && ty.ElementType() != cty.DynamicPseudoType {
+				e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each set must contain strings, got %s (use toset([...]) of strings)", what, ty.FriendlyName())
+				return expansion{}, deps, true
+			}
+			x := expansion{kind: repEach}
+			for it := v.ElementIterator(); it.Next(); {
+				_, el := it.Element()
+				if el.IsNull() {
+					e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each set contains null", what)
+					return expansion{}, deps, true
+				}
+				x.reps = append(x.reps, rep{kind: repEach, key: el, value: el})
+				x.keys = append(x.keys, addrs.StringKey(el.AsString()))
+			}
+			return x, deps, false
+		case ty.IsMapType() || ty.IsObjectType():
+			x := expansion{kind: repEach}
+			for it := v.ElementIterator(); it.Next(); {
+				k, el := it.Element()
+				x.reps = append(x.reps, rep{kind: repEach, key: k, value: el})
+				x.keys = append(x.keys, addrs.StringKey(k.AsString()))
+			}
+			return x, deps, false
+		default:
+			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must be a map or a set of strings, got %s", what, ty.FriendlyName())
+		}
+		return expansion{}, deps, true
+	}
+	return expansion{kind: repNone, reps: []rep{{}}, keys: []addrs.InstanceKey{addrs.NoKey}}, nil, false
+}
+
+func (e *evaluator) expandCall(mi *modInst, name string) *callSlot {
+	cs := mi.calls[name]
+	if cs == nil {
+		cs = &callSlot{cfg: mi.mod.Calls[name], mi: mi}
+		mi.calls[name] = cs
+	}
+	if !e.enter(&cs.st, mi.prefix+"module."+name, cs.cfg.DeclRange) {
+		if cs.st == busy {
+			return nil
+		}
+		return cs
+	}
+	defer e.leave(&cs.st)
+	c := cs.cfg
+	for n, a := range c.Args {
+		if _, ok := c.Child.Variables[n]; !ok {
+			e.errf(a.NameRange.Ptr(), "Unsupported argument", "module %q (%s) declares no variable %q", name, c.Source, n)
+		}
+	}
+	x, _, failed := e.expand(mi, c.Count, c.ForEach, mi.prefix+"module."+name)
+	if failed {
+		cs.failed = true
+		return cs
+	}
+	cs.kind = x.kind
+	for i, k := range x.keys {
+		child := e.newModInst(mi.path.Child(name, k), c.Child, mi, cs, x.reps[i])
+		cs.children = append(cs.children, child)
+	}
+	return cs
+}
+
+// callValue is the value of `module.NAME`: an object of outputs, a tuple of them (count) or an
+// object keyed by each.key (for_each).
+func (e *evaluator) callValue(cs *callSlot) (cty.Value, []*resSlot, bool) {
+	var deps []*resSlot
+	failed := false
+	objs := make([]cty.Value, 0, len(cs.children))
+	for _, ch := range cs.children {
+		m := map[string]cty.Value{}
+		for _, on := range ch.mod.outputOrder {
+			s := e.output(ch, on)
+			m[on] = s.val
+			deps = append(deps, s.deps...)
+			failed = failed || s.failed
+		}
+		objs = append(objs, cty.ObjectVal(m))
+	}
+	switch cs.kind {
+	case repCount:
+		if len(objs) == 0 {
+			return cty.EmptyTupleVal, deps, failed
+		}
+		return cty.TupleVal(objs), deps, failed
+	case repEach:
+		m := map[string]cty.Value{}
+		for i, ch := range cs.children {
+			s, _ := ch.path[len(ch.path)-1].Key.Str()
+			m[s] = objs[i]
+		}
+		return cty.ObjectVal(m), deps, failed
+	}
+	return objs[0], deps, failed
+}
+
+// decodeJob decodes one resource instance's body. It touches only its own fields and the
+// instance, so that jobs of resources nothing refers to can run in parallel (runJobs).
+type decodeJob struct {
+	rs      *resSlot
+	ri      *ResourceInstance
+	schema  Schema
+	spec    hcldec.Spec
+	ctx     *hcl.EvalContext
+	dynamic bool
+	baseDir string
+	diags   hcl.Diagnostics
+	failed  bool
+}
+
+func (j *decodeJob) errf(summary, format string, args ...any) {
+	j.diags = append(j.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary,
+		Detail: fmt.Sprintf(format, args...), Subject: j.rs.cfg.DeclRange.Ptr()})
+	j.failed = true
+}
+
+func (j *decodeJob) run() {
+	cfg, addr := j.rs.cfg, j.ri.Addr
+	body := cfg.Body
+	if j.dynamic {
+		body = dynblock.Expand(body, j.ctx)
+	}
+	val, d := hcldec.Decode(body, j.spec, j.ctx)
+	j.diags = append(j.diags, d...)
+	if d.HasErrors() {
+		j.failed = true
+		return
+	}
+	marked, unknownAt, hasUnknown := scanValue(val)
+	var pvm []cty.PathValueMarks
+	if marked {
+		val, pvm = val.UnmarkDeepWithPaths()
+	}
+	for _, pm := range pvm {
+		if _, ok := pm.Marks[Sensitive]; ok {
+			j.errf("Sensitive value in a resource attribute",
+				"%s: %s comes from a sensitive variable and would be stored in plan and state as plaintext; pass secrets with env(\"NAME\") so only a reference (secret://env/NAME) is stored",
+				addr, pathString(pm.Path))
+		}
+	}
+	if hasUnknown {
+		j.errf("Value known only after apply",
+			"%s: %s depends on a value known only after apply (external_id, generation, observation, digest, …); resource attributes must be known when planning", addr, pathString(unknownAt))
+	}
+	if j.failed {
+		return
+	}
+	dec, d := j.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.baseDir})
+	j.diags = append(j.diags, d...)
+	if d.HasErrors() || dec == nil {
+		j.failed = true
+		return
+	}
+	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.refAttr, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.RefAttr, dec.References
+}
+
+// runJobs runs the deferred decode jobs on all CPUs, then merges their diagnostics in job
+// order (deterministic output).
+func (e *evaluator) runJobs() {
+	jobs := e.jobs
+	e.jobs = nil
+	if len(jobs) == 0 {
+		return
+	}
+	work := make(chan *decodeJob, len(jobs))
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(jobs)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				j.run()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, j := range jobs {
+		e.diags = append(e.diags, j.diags...)
+		if j.failed {
+			j.rs.failed = true
+		}
+	}
+}
+
+func (e *evaluator) resource(mi *modInst, key string) *resSlot {
+	rs := mi.res[key]
+	if rs == nil {
+		cfg := mi.mod.Resources[key]
+		rs = &resSlot{cfg: cfg, mi: mi, name: mi.prefix + key}
+		mi.res[key] = rs
+	}
+	if !e.enter(&rs.st, rs.name, rs.cfg.DeclRange) {
+		if rs.st == busy {
+			return &resSlot{val: cty.DynamicVal, failed: true, name: rs.name}
+		}
+		return rs
+	}
+	defer e.leave(&rs.st)
+	cfg := rs.cfg
+	schema, ok := e.opts.Schemas.Schema(cfg.Addr.Mode, cfg.Addr.Type)
+	if !ok {
+		kind := "resource"
+		if cfg.Addr.Mode == addrs.Data {
+			kind = "data source"
+		}
+		e.errf(cfg.TypeRange.Ptr(), "Unknown "+kind+" type", "%q is not a %s type; known types: %s", cfg.Addr.Type, kind, strings.Join(e.opts.Schemas.Types(cfg.Addr.Mode), ", "))
+		rs.val, rs.failed, rs.built = cty.DynamicVal, true, true
+		return rs
+	}
+	rs.schema = schema
+	x, xdeps, failed := e.expand(mi, cfg.Count, cfg.ForEach, rs.name)
+	if failed {
+		rs.val, rs.failed, rs.built = cty.DynamicVal, true, true
+		return rs
+	}
+	spec := schema.Spec()
+	hasDynamic := bodyHasDynamic(cfg.Body)
+	var travs []hcl.Traversal
+	if hasDynamic {
+		travs = dynblock.VariablesHCLDec(cfg.Body, spec)
+	} else {
+		travs = bodyVariables(cfg.Body, spec)
+	}
+	vars, deps, failed := e.scope(mi, travs, x.kind)
+	deps = append(deps, xdeps...)
+	var explicit []hcl.Traversal
+	for _, tr := range cfg.DependsOn {
+		deps = append(deps, e.dependsOnSlots(mi, tr)...)
+		explicit = append(explicit, tr)
+	}
+	deps = uniqueSlots(deps)
+	rs.failed = failed
+	for i, k := range x.keys {
+		addr := addrs.Instance{Module: mi.path, Resource: cfg.Addr, Key: k}
+		ri := &ResourceInstance{Addr: addr, PreventDestroy: cfg.PreventDestroy, DeclRange: cfg.DeclRange, BaseDir: mi.mod.Dir, slot: rs, explict: explicit}
+		rs.insts = append(rs.insts, ri)
+		e.instances = append(e.instances, ri)
+		ri.slot = rs
+		_ = deps
+		if failed {
+			continue
+		}
+		job := &decodeJob{rs: rs, ri: ri, schema: schema, spec: spec, dynamic: hasDynamic, baseDir: mi.mod.Dir,
+			ctx: &hcl.EvalContext{Variables: withRep(vars, x.reps[i]), Functions: mi.funcs}}
+		if rs.deferred {
+			e.jobs = append(e.jobs, job)
+			continue
+		}
+		job.run()
+		e.diags = append(e.diags, job.diags...)
+		if job.failed {
+			rs.failed = true
+		}
+	}
+	rs.deps = deps
+	rs.kind = x.kind
+	return rs
+}
+
+// value is the resource's value for expressions: the instance object (no count/for_each), a
+// tuple of them (count) or an object keyed by each.key (for_each). Built on first use.
+func (rs *resSlot) value() cty.Value {
+	if rs.built {
+		return rs.val
+	}
+	if rs.st != done {
+		return cty.DynamicVal // being evaluated (a cycle, already reported)
+	}
+	rs.built = true
+	refs := make([]cty.Value, len(rs.insts))
+	for i, ri := range rs.insts {
+		if rs.failed {
+			// dependents see unknowns; their own "known only after apply" errors are
+			// suppressed by failed propagation.
+			refs[i] = cty.DynamicVal
+		} else {
+			refs[i] = ri.RefValue()
+		}
+	}
+	switch rs.kind {
+	case repCount:
+		if len(refs) == 0 {
+			rs.val = cty.EmptyTupleVal
+		} else {
+			rs.val = cty.TupleVal(refs)
+		}
+	case repEach:
+		m := make(map[string]cty.Value, len(refs))
+		for i, ri := range rs.insts {
+			k, _ := ri.Addr.Key.Str()
+			m[k] = refs[i]
+		}
+		rs.val = cty.ObjectVal(m)
+	default:
+		rs.val = refs[0]
+	}
+	return rs.val
+}
+
+func uniqueSlots(in []*resSlot) []*resSlot {
+	if len(in) < 2 {
+		return in
+	}
+	seen := make(map[*resSlot]struct{}, len(in))
+	out := in[:0]
+	for _, s := range in {
+		if _, ok := seen[s]; !ok {
+			seen[s] = struct{}{}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// dependsOnSlots resolves a depends_on traversal: a resource (all instances) or a module call
+// (every resource in every instance of it, recursively).
+func (e *evaluator) dependsOnSlots(mi *modInst, tr hcl.Traversal) []*resSlot {
+	rng := tr.SourceRange()
+	root := tr.RootName()
+	switch root {
+	case "module":
+		name := attrName(tr, 1)
+		if _, ok := mi.mod.Calls[name]; !ok || len(tr) > 2 {
+			e.errf(rng.Ptr(), "Invalid depends_on reference", "module.%s: expected a declared module call (module.NAME)", name)
+			return nil
+		}
+		cs := e.expandCall(mi, name)
+		if cs == nil {
+			return nil
+		}
+		var out []*resSlot
+		var walk func(c *callSlot)
+		walk = func(c *callSlot) {
+			for _, ch := range c.children {
+				for _, k := range ch.mod.resourceOrder {
+					rs := ch.res[k]
+					if rs == nil {
+						rs = &resSlot{cfg: ch.mod.Resources[k], mi: ch, name: ch.prefix + k}
+						ch.res[k] = rs
+					}
+					out = append(out, rs)
+				}
+				for _, n := range ch.mod.callOrder {
+					if sub := e.expandCall(ch, n); sub != nil {
+						walk(sub)
+					}
+				}
+			}
+		}
+		walk(cs)
+		return out
+	case "data":
+		key := "data." + attrName(tr, 1) + "." + attrName(tr, 2)
+		if _, ok := mi.mod.Resources[key]; !ok || len(tr) > 3 {
+			e.errf(rng.Ptr(), "Invalid depends_on reference", "expected a declared data source (data.TYPE.NAME)")
+			return nil
+		}
+		return []*resSlot{e.slot(mi, key)}
+	default:
+		key := root + "." + attrName(tr, 1)
+		if _, ok := mi.mod.Resources[key]; !ok || len(tr) > 2 {
+			e.errf(rng.Ptr(), "Invalid depends_on reference", "expected a declared resource (TYPE.NAME) or module (module.NAME), got %s", traversalString(tr))
+			return nil
+		}
+		return []*resSlot{e.slot(mi, key)}
+	}
+}
+
+// slot returns the resource slot without evaluating it (depends_on needs no value).
+func (e *evaluator) slot(mi *modInst, key string) *resSlot {
+	rs := mi.res[key]
+	if rs == nil {
+		rs = &resSlot{cfg: mi.mod.Resources[key], mi: mi, name: mi.prefix + key}
+		mi.res[key] = rs
+	}
+	return rs
+}
+
+func traversalString(tr hcl.Traversal) string {
+	var b strings.Builder
+	for i, s := range tr {
+		switch s := s.(type) {
+		case hcl.TraverseRoot:
+			b.WriteString(s.Name)
+		case hcl.TraverseAttr:
+			b.WriteString("." + s.Name)
+		default:
+			if i > 0 {
+				b.WriteString("[…]")
+			}
+		}
+	}
+	return b.String()
+}
+
+// link turns slot dependencies and typed references into instance dependencies.
+func (e *evaluator) link() {
+	byKey := make(map[string]*ResourceInstance, len(e.instances))
+	for _, ri := range e.instances {
+		byKey[ri.Addr.UniqueKey()] = ri
+	}
+	for _, ri := range e.instances {
+		seen := map[string]struct{}{ri.Addr.UniqueKey(): {}}
+		var deps []addrs.Instance
+		add := func(a addrs.Instance) {
+			k := a.UniqueKey()
+			if _, ok := seen[k]; ok {
+				return
+			}
+			seen[k] = struct{}{}
+			deps = append(deps, a)
+		}
+		for _, s := range ri.slot.deps {
+			for _, d := range s.insts {
+				add(d.Addr)
+			}
+		}
+		for _, r := range ri.typed {
+			if _, ok := byKey[r.Addr.UniqueKey()]; !ok {
+				e.errf(r.Range.Ptr(), "Reference to a missing resource instance", "%s: %s names %s, which the configuration does not declare", ri.Addr, r.Attr, r.Addr)
+				continue
+			}
+			add(r.Addr)
+		}
+		sort.Slice(deps, func(i, j int) bool { return deps[i].Less(deps[j]) })
+		ri.DependsOn = deps
+	}
+}
+
+func pathString(p cty.Path) string {
+	var b strings.Builder
+	for _, s := range p {
+		switch s := s.(type) {
+		case cty.GetAttrStep:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.Name)
+		case cty.IndexStep:
+			if s.Key.Type() == cty.String {
+				fmt.Fprintf(&b, "[%q]", s.Key.AsString())
+			} else if s.Key.Type() == cty.Number {
+				fmt.Fprintf(&b, "[%s]", s.Key.AsBigFloat().String())
+			} else {
+				b.WriteString("[…]")
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "the value"
+	}
+	return b.String()
+}
+
+// firstUnknown finds a value known only after apply, not descending into references to other
+// resources (objects with a string "address"), which handlers consume by address only.
+func firstUnknown(v cty.Value) (cty.Path, bool) {
+	if v.IsWhollyKnown() {
+		return nil, false
+	}
+	var found cty.Path
+	_ = cty.Walk(v, func(p cty.Path, v cty.Value) (bool, error) {
+		if found != nil {
+			return false, nil
+		}
+		if !v.IsKnown() {
+			found = append(cty.Path(nil), p...)
+			return false, nil
+		}
+		if isReference(v) && len(p) > 0 {
+			return false, nil
+		}
+		return true, nil
+	})
+	return found, found != nil
+}
+
+// isReference reports whether v is a resource object as seen by expressions.
+func isReference(v cty.Value) bool {
+	ty := v.Type()
+	if !ty.IsObjectType() || !ty.HasAttribute("address") || v.IsNull() {
+		return false
+	}
+	a := v.GetAttr("address")
+	return a.Type() == cty.String && a.IsKnown() && !a.IsNull()
+}
+
+// bodyHasDynamic reports whether a body (or a nested block) uses a dynamic block, so that the
+// dynblock expansion is paid only where it is used.
+func bodyHasDynamic(b hcl.Body) bool {
+	sb, ok := b.(*hclsyntax.Body)
+	if !ok {
+		return true
+	}
+	for _, blk := range sb.Blocks {
+		if blk.Type == "dynamic" || bodyHasDynamic(blk.Body) {
+			return true
+		}
+	}
+	return false
+}
+
+// referencedIn lists the resources of module m that any expression of m refers to (a static
+// over-approximation: references in locals, outputs, module arguments, resources and
+// substrate). Only these must be decoded before the values that need them.
+func (e *evaluator) referencedIn(m *Module) map[string]bool {
+	if r, ok := e.referenced[m]; ok {
+		return r
+	}
+	r := map[string]bool{}
+	note := func(travs []hcl.Traversal) {
+		for _, tr := range travs {
+			root := tr.RootName()
+			switch root {
+			case "var", "local", "module", "count", "each", "path", "self", "terraform":
+			case "data":
+				r["data."+attrName(tr, 1)+"."+attrName(tr, 2)] = true
+			default:
+				r[root+"."+attrName(tr, 1)] = true
+			}
+		}
+	}
+	for _, l := range m.Locals {
+		note(l.Expr.Variables())
+	}
+	for _, o := range m.Outputs {
+		note(o.Expr.Variables())
+	}
+	for _, c := range m.Calls {
+		for _, a := range c.Args {
+			note(a.Expr.Variables())
+		}
+		if c.Count != nil {
+			note(c.Count.Variables())
+		}
+		if c.ForEach != nil {
+			note(c.ForEach.Variables())
+		}
+	}
+	for _, res := range m.Resources {
+		if res.Count != nil {
+			note(res.Count.Variables())
+		}
+		if res.ForEach != nil {
+			note(res.ForEach.Variables())
+		}
+		note(bodyVariables(res.Body, nil)) // dynamic blocks' for_each and content included
+	}
+	if m.Substrate != nil {
+		for _, d := range append(append([]*Block(nil), m.Substrate.Drivers...), m.Substrate.Backend) {
+			if d == nil {
+				continue
+			}
+			for _, a := range d.Attrs {
+				note(a.Expr.Variables())
+			}
+		}
+	}
+	if e.referenced == nil {
+		e.referenced = map[*Module]map[string]bool{}
+	}
+	e.referenced[m] = r
+	return r
+}
+
+// scanValue walks v once: whether anything is marked, and the first value known only after
+// apply outside references to other resources (see firstUnknown).
+func scanValue(v cty.Value) (marked bool, unknownAt cty.Path, hasUnknown bool) {
+	_ = cty.Walk(v, func(p cty.Path, v cty.Value) (bool, error) {
+		if v.IsMarked() {
+			marked = true
+		}
+		if !v.IsKnown() {
+			if !hasUnknown {
+				unknownAt, hasUnknown = append(cty.Path(nil), p...), true
+			}
+			return false, nil
+		}
+		if len(p) > 0 && isReference(v) {
+			return false, nil
+		}
+		return true, nil
+	})
+	return marked, unknownAt, hasUnknown
+}
+
+// metaArgs are a resource body's meta-arguments, hidden from its schema.
+var metaArgs = map[string]bool{"count": true, "for_each": true, "depends_on": true, "provider": true}
+
+// bodyVariables lists the references of a native-syntax body (attributes and nested blocks,
+// recursively); other bodies go through hcldec.
+func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
+	sb, ok := b.(*hclsyntax.Body)
+	if !ok {
+		return hcldec.Variables(b, spec)
+	}
+	var out []hcl.Traversal
+	var walk func(*hclsyntax.Body, bool)
+	walk = func(sb *hclsyntax.Body, top bool) {
+		for name, a := range sb.Attributes {
+			if top && metaArgs[name] {
+				continue // count, for_each, depends_on are handled on their own
+			}
+			out = append(out, a.Expr.Variables()...)
+		}
+		for _, blk := range sb.Blocks {
+			if top && blk.Type == "lifecycle" {
+				continue
+			}
+			walk(blk.Body, false)
+		}
+	}
+	walk(sb, true)
+	return out
+}
