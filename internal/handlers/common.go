@@ -267,8 +267,20 @@ func diffAttrs(prior, desired json.RawMessage, rules map[string]attrRule, update
 			}
 			sort.Strings(subs)
 			for _, s := range subs {
-				if !jsonEqual(pm[s], nm[s]) {
-					changes = append(changes, plans.AttrChange{Path: k + "[" + quote(s) + "]", Before: pm[s], After: nm[s], Effect: rule.effect, Why: rule.why})
+				if jsonEqual(pm[s], nm[s]) {
+					continue
+				}
+				path := k + "[" + quote(s) + "]"
+				var po, no map[string]json.RawMessage
+				if json.Unmarshal(pm[s], &po) != nil || json.Unmarshal(nm[s], &no) != nil || po == nil || no == nil {
+					changes = append(changes, plans.AttrChange{Path: path, Before: pm[s], After: nm[s], Effect: rule.effect, Why: rule.why})
+					continue
+				}
+				// both sides present: report the fields that changed (attachment["lan"].gateway)
+				for _, f := range unionKeys(po, no) {
+					if !jsonEqual(po[f], no[f]) {
+						changes = append(changes, plans.AttrChange{Path: path + "." + f, Before: po[f], After: no[f], Effect: rule.effect, Why: rule.why})
+					}
 				}
 			}
 			continue
@@ -306,6 +318,22 @@ func diffAttrs(prior, desired json.RawMessage, rules map[string]attrRule, update
 		d.Reason = "up to date"
 	}
 	return d, nil
+}
+
+func unionKeys(a, b map[string]json.RawMessage) []string {
+	seen := map[string]struct{}{}
+	for k := range a {
+		seen[k] = struct{}{}
+	}
+	for k := range b {
+		seen[k] = struct{}{}
+	}
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func quote(s string) string {

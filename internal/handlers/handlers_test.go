@@ -115,7 +115,7 @@ resource "sysbox_node" "n" {
 	}{
 		{"same", render("cpus = 1", "10", "true"), plans.NoOp, map[string]plans.Effect{}},
 		{"cpus", render("cpus = 2", "10", "true"), plans.Replace, map[string]plans.Effect{"cpus": plans.ForcesReplacement}},
-		{"attachment address", render("cpus = 1", "11", "true"), plans.Replace, map[string]plans.Effect{`attachment["lan"]`: plans.ForcesReplacement}},
+		{"attachment address", render("cpus = 1", "11", "true"), plans.Replace, map[string]plans.Effect{`attachment["lan"].ipv4`: plans.ForcesReplacement}},
 		{"provisioner only", render("cpus = 1", "10", "false"), plans.NoOp, map[string]plans.Effect{"provisioner": plans.NoEffect}},
 		{"environment", render(`cpus = 1
   environment = { A = "b" }`, "10", "true"), plans.Replace, map[string]plans.Effect{"environment": plans.ForcesReplacement}},

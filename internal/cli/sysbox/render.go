@@ -82,8 +82,11 @@ func compact(b json.RawMessage) string {
 	if json.Unmarshal(b, &v) != nil {
 		return string(b)
 	}
-	out, _ := json.Marshal(v)
-	s := string(out)
+	var buf strings.Builder
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	s := strings.TrimSpace(buf.String())
 	if len(s) > 200 {
 		s = s[:197] + "..."
 	}
