@@ -18,15 +18,18 @@ const (
 	FanOut Shape = "fanout"
 )
 
-// Generate writes a topology of n resources in shape into dir (split over files of 1,000
-// resources, as a person would split a large topology).
+// perFile is how many resources one generated file holds: a large topology is split over many
+// files, as people split theirs.
+var perFile = 100
+
+// Generate writes a topology of n resources in shape into dir, perFile resources per file.
 func Generate(dir string, shape Shape, n int) error {
 	var files []*strings.Builder
 	cur := func(i int) *strings.Builder {
-		for len(files) <= i/1000 {
+		for len(files) <= i/perFile {
 			files = append(files, &strings.Builder{})
 		}
-		return files[i/1000]
+		return files[i/perFile]
 	}
 	switch shape {
 	case Chain:
