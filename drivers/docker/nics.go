@@ -72,7 +72,7 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 	}
 	// Addresses go on with the wiring (as the netns driver does), so a NIC re-attached during
 	// recovery answers even before ConfigureGuestNetwork runs again; gateway and routes follow there.
-	if err := configureAddrs(ins.State.Pid, p.GuestIf, spec.IPv4, ""); err != nil {
+	if err := linuxnet.ConfigureGuest(ctx, linuxnet.PidNetns(ins.State.Pid), []linuxnet.GuestInterface{{Name: p.GuestIf, IPv4: spec.IPv4}}, nil); err != nil {
 		_ = deleteHostLink(p.HostIf, nicAlias(spec.Owner, spec.Name))
 		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
 	}
@@ -83,8 +83,8 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 		Private: nicEnvelope(p)}, nil
 }
 
-// ConfigureGuestNetwork sets each attachment's addresses and gateway, then the routes, from the
-// host through a netlink handle inside the container's namespace.
+// ConfigureGuestNetwork sets each attachment's addresses and the routes from the host, through
+// a netlink handle inside the container's namespace (linuxnet.ConfigureGuest).
 func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
 	what := "configure network of container " + short(node.ExternalID)
 	ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
@@ -94,16 +94,17 @@ func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handl
 	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
 		return fmt.Errorf("%s: container is not running", what)
 	}
+	var ifaces []linuxnet.GuestInterface
 	for _, a := range atts {
 		p, err := decodeNICPrivate(a.Private)
 		if err != nil {
 			return fmt.Errorf("%s: attachment %s: %w", what, a.Name, err)
 		}
-		if err := configureAddrs(ins.State.Pid, p.GuestIf, a.IPv4, a.Gateway); err != nil {
-			return fmt.Errorf("%s: attachment %s: %w", what, a.Name, err)
-		}
+		ifaces = append(ifaces, linuxnet.GuestInterface{Name: p.GuestIf, IPv4: a.IPv4, Gateway: a.Gateway})
 	}
-	if err := addRoutes(ins.State.Pid, routes); err != nil {
+	// The same rules as the netns driver's nodes: addresses, links up, then routes, the first
+	// gateway becoming the default route unless a route names 0.0.0.0/0.
+	if err := linuxnet.ConfigureGuest(ctx, linuxnet.PidNetns(ins.State.Pid), ifaces, routes); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil

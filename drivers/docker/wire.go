@@ -1,7 +1,11 @@
 package docker
 
-// Host-side wiring of container NICs with netlink. This file is the only one that touches links;
-// it can switch to drivers/linuxnet's helpers without changing the capability code in nics.go.
+// Host-side veth wiring of container NICs with netlink: the only file that creates, lists or
+// deletes links. Addresses and routes go through drivers/linuxnet (ConfigureGuest), shared with
+// the netns driver. The veth pair itself stays here rather than in linuxnet.CreateVeth because
+// its alias also names the logical attachment (import and audit read it back) and because a
+// pair left unaliased by a crash between creation and aliasing is adopted when its peer is in
+// the container's namespace (see wireVeth).
 
 import (
 	"crypto/sha256"
@@ -301,72 +305,6 @@ func hostSideIssue(hostIf, alias string) string {
 		return "host side " + hostIf + " is down"
 	}
 	return ""
-}
-
-// configureAddrs sets addresses on guestIf inside pid's namespace, then the default route via
-// gateway (if any) and the static routes. Everything is replace-style, so a retry converges.
-func configureAddrs(pid int, guestIf string, ipv4 []string, gateway string) error {
-	nh, closeNS, err := nsHandle(pid)
-	if err != nil {
-		return err
-	}
-	defer closeNS()
-	l, err := nh.LinkByName(guestIf)
-	if err != nil {
-		return fmt.Errorf("interface %s: %w", guestIf, err)
-	}
-	for _, p := range ipv4 {
-		a, err := netlink.ParseAddr(p)
-		if err != nil {
-			return fmt.Errorf("interface %s: address %q: %w", guestIf, p, err)
-		}
-		if a.IP.To4() == nil {
-			return fmt.Errorf("interface %s: address %q is not IPv4", guestIf, p)
-		}
-		if err := nh.AddrReplace(l, a); err != nil {
-			return fmt.Errorf("interface %s: add %s: %w", guestIf, p, err)
-		}
-	}
-	if gateway != "" {
-		gw := net.ParseIP(gateway)
-		if gw == nil || gw.To4() == nil {
-			return fmt.Errorf("interface %s: gateway %q is not an IPv4 address", guestIf, gateway)
-		}
-		if err := nh.RouteReplace(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw}); err != nil {
-			return fmt.Errorf("interface %s: default route via %s: %w", guestIf, gateway, err)
-		}
-	}
-	return nil
-}
-
-// addRoutes installs static routes inside pid's namespace.
-func addRoutes(pid int, routes []substrate.Route) error {
-	if len(routes) == 0 {
-		return nil
-	}
-	nh, closeNS, err := nsHandle(pid)
-	if err != nil {
-		return err
-	}
-	defer closeNS()
-	for _, r := range routes {
-		_, dst, err := net.ParseCIDR(r.To)
-		if err != nil || dst.IP.To4() == nil {
-			return fmt.Errorf("route to %q: not an IPv4 prefix", r.To)
-		}
-		gw := net.ParseIP(r.Via)
-		if gw == nil || gw.To4() == nil {
-			return fmt.Errorf("route to %s: via %q is not an IPv4 address", r.To, r.Via)
-		}
-		rt := &netlink.Route{Dst: dst, Gw: gw}
-		if ones, _ := dst.Mask.Size(); ones == 0 {
-			rt.Dst = nil
-		}
-		if err := nh.RouteReplace(rt); err != nil {
-			return fmt.Errorf("route to %s via %s: %w", r.To, r.Via, err)
-		}
-	}
-	return nil
 }
 
 // guestLink returns the named link inside pid's namespace (nil when missing).
