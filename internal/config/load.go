@@ -101,6 +101,17 @@ type Resource struct {
 	Body           hcl.Body // everything but the meta-arguments
 	DeclRange      hcl.Range
 	TypeRange      hcl.Range
+
+	bodyRefs    []hcl.Traversal // cached references of Body (see refs)
+	bodyRefsSet bool
+}
+
+// refs returns the references of the body (excluding meta-arguments), computed once.
+func (r *Resource) refs() []hcl.Traversal {
+	if !r.bodyRefsSet {
+		r.bodyRefs, r.bodyRefsSet = bodyVariables(r.Body, nil), true
+	}
+	return r.bodyRefs
 }
 
 // Output is an `output` block.

@@ -297,7 +297,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	if hasDynamic {
 		travs = dynblock.VariablesHCLDec(cfg.Body, spec)
 	} else {
-		travs = bodyVariables(cfg.Body, spec)
+		travs = cfg.refs()
 	}
 	vars, deps, failed := e.scope(mi, travs, x.kind)
 	deps = append(deps, xdeps...)
@@ -622,7 +622,7 @@ func (e *evaluator) referencedIn(m *Module) map[string]bool {
 		if res.ForEach != nil {
 			note(res.ForEach.Variables())
 		}
-		note(bodyVariables(res.Body, nil)) // dynamic blocks' for_each and content included
+		note(res.refs()) // dynamic blocks' for_each and content included
 	}
 	if m.Substrate != nil {
 		for _, d := range append(append([]*Block(nil), m.Substrate.Drivers...), m.Substrate.Backend) {
@@ -670,6 +670,9 @@ var metaArgs = map[string]bool{"count": true, "for_each": true, "depends_on": tr
 func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
 	sb, ok := b.(*hclsyntax.Body)
 	if !ok {
+		if spec == nil {
+			return nil // Load parses native syntax only; other bodies do not occur
+		}
 		return hcldec.Variables(b, spec)
 	}
 	var out []hcl.Traversal
