@@ -77,7 +77,7 @@ func (a *App) runApply(ctx context.Context, f *applyFlags, planFile string) erro
 	approved := f.autoApprove || stored != nil // a stored plan was reviewed when it was made
 	xp := &exec.Plan{Outputs: outputsOf(rt)}
 	xp.Prepare = func(ctx context.Context, st *states.State) ([]exec.Action, error) {
-		fresh, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: plans.FromState(st), Facts: rt.facts, Destroy: destroy, Targets: targets})
+		fresh, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: priorOf(st), Facts: rt.facts, Destroy: destroy, Targets: targets})
 		if err != nil {
 			return nil, err
 		}
@@ -112,6 +112,15 @@ func (a *App) runApply(ctx context.Context, f *applyFlags, planFile string) erro
 	}
 	fmt.Fprintln(a.Env.Stdout, "Apply complete.")
 	return nil
+}
+
+// priorOf presents st to the planner; a state never saved (serial 0) is the empty state, as
+// `sysbox plan` saw it (its fresh lineage is saved by the executor before any provider call).
+func priorOf(st *states.State) plans.PriorState {
+	if st == nil || st.Serial == 0 {
+		return plans.FromState(nil)
+	}
+	return plans.FromState(st)
 }
 
 // confirm asks on stdout and reads one line from stdin.

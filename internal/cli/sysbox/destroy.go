@@ -46,7 +46,7 @@ func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
 	defer rt.close()
 	xp := &exec.Plan{}
 	xp.Prepare = func(ctx context.Context, st *states.State) ([]exec.Action, error) {
-		p, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: plans.FromState(st), Destroy: true})
+		p, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: priorOf(st), Destroy: true})
 		if err != nil {
 			return nil, err
 		}
