@@ -119,3 +119,30 @@ func TestKernelCrashWindowsAdoptedOnlyWithIntent(t *testing.T) {
 		t.Errorf("residue: got %+v, want none", objs)
 	}
 }
+
+// TestKernelStartAdoptsUnrecordedMainProcess: a run killed between starting the main process
+// and recording its pid must not make the next run start a second one.
+func TestKernelStartAdoptsUnrecordedMainProcess(t *testing.T) {
+	l := newLab(t)
+	ctx := context.Background()
+	n := l.node("sysbox_node.a", []string{"sleep", "1000"})
+	pid := observePid(t, l, n)
+	sc, err := l.d.readSidecar(n.h.ExternalID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Pid, sc.StartTime = 0, 0 // what the sidecar holds if the kill came before the record
+	if err := l.d.writeSidecar(sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.d.StartNode(ctx, n.h, n.spec); err != nil {
+		t.Fatalf("StartNode: %v", err)
+	}
+	if got := observePid(t, l, n); got != pid {
+		t.Errorf("main process after re-start: got pid %s, want the unrecorded %s adopted", got, pid)
+	}
+	if got := len(pidsInNetns(sc.NsInode)); got != 1 {
+		t.Errorf("processes in the namespace: got %d, want 1", got)
+	}
+	l.destroy([]*testNode{n})
+}

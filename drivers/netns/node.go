@@ -145,6 +145,16 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 	if processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
 		return nil
 	}
+	// A run killed between starting the process and recording it left it running unrecorded:
+	// adopt it (a session leader inside this node's namespace running exactly this argv)
+	// rather than start a second one that would find its port taken.
+	if pid, start, ok := orphanMain(sc.NsInode, spec.Command); ok {
+		sc.Marker, sc.HasCommand, sc.Pid, sc.StartTime, sc.StartedAt, sc.Stopped = spec.Owner.Marker(), true, pid, start, time.Now().UTC(), false
+		if err := d.writeSidecar(sc); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		return nil
+	}
 	bin, err := exec.LookPath(spec.Command[0])
 	if err != nil {
 		return fmt.Errorf("%s: command %q: %w", where, spec.Command[0], err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -125,3 +126,36 @@ func killNetnsProcesses(ino uint64, wait time.Duration) error {
 
 // ownerFromSidecar decodes the marker a sidecar recorded.
 func ownerFromSidecar(s sidecar) (substrate.Owner, error) { return substrate.ParseMarker(s.Marker) }
+
+// orphanMain finds a process that a killed StartNode started but never recorded: it lives in the
+// namespace with inode ino, leads its own session (StartNode uses setsid), and runs exactly argv.
+// The oldest such process wins.
+func orphanMain(ino uint64, argv []string) (pid int, start uint64, ok bool) {
+	want := strings.Join(argv, "\x00")
+	for _, p := range pidsInNetns(ino) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(b[i+1:])
+		if len(f) < 20 || f[0][0] == 'Z' || string(f[3]) != strconv.Itoa(p) { // field 6: session id
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		if err != nil || strings.TrimRight(string(cmd), "\x00") != want {
+			continue
+		}
+		st, err := strconv.ParseUint(string(f[19]), 10, 64)
+		if err != nil {
+			continue
+		}
+		if !ok || st < start {
+			pid, start, ok = p, st, true
+		}
+	}
+	return pid, start, ok
+}

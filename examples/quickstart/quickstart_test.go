@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
+	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/drivers/netns"
 	"zyvor.dev/sysbox/drivers/nftables"
 	"zyvor.dev/sysbox/internal/driver"
@@ -155,6 +158,7 @@ func (l *lab) checkLab() {
 	l.t.Helper()
 	if !l.fetch("http://203.0.113.10:8080/copyright", true) {
 		l.t.Errorf("client → server:8080 through the router: blocked, want allowed")
+		l.diagnose()
 	}
 	if l.fetch("http://203.0.113.10:9090/copyright", false) {
 		l.t.Errorf("client → server:9090: reachable, want blocked by the firewall")
@@ -165,6 +169,41 @@ func (l *lab) checkLab() {
 			l.t.Errorf("refresh: %q, want present", line)
 		}
 	}
+}
+
+// diagnose logs what each node and the host look like (for failures seen only in CI).
+func (l *lab) diagnose() {
+	l.t.Helper()
+	run := func(node string, argv ...string) {
+		out, err := l.sysbox(5*time.Second, append([]string{"exec", node, "--"}, argv...)...)
+		l.t.Logf("diagnose %s %v (%v):\n%s", node, argv, err, out)
+	}
+	for _, n := range []string{"sysbox_node.client", "sysbox_node.router", "sysbox_node.server"} {
+		run(n, l.busybox, "ip", "-4", "addr")
+		run(n, l.busybox, "ip", "route")
+		run(n, l.busybox, "ip", "neigh")
+		run(n, "/bin/cat", "/proc/sys/net/ipv4/ip_forward")
+	}
+	run("sysbox_node.router", "/bin/sh", "-c", "grep . /proc/sys/net/ipv4/conf/*/forwarding /proc/sys/net/ipv4/conf/*/rp_filter")
+	run("sysbox_node.router", "/usr/sbin/nft", "list", "ruleset")
+	run("sysbox_node.server", "/usr/sbin/nft", "list", "ruleset")
+	run("sysbox_node.server", l.busybox, "netstat", "-ltn")
+	out, _ := l.sysbox(10*time.Second, "refresh")
+	l.t.Logf("diagnose refresh:\n%s", out)
+	b, _ := exec.Command("/usr/sbin/nft", "list", "chain", "ip", "filter", "FORWARD").CombinedOutput()
+	l.t.Logf("diagnose host FORWARD:\n%s", b)
+	if objs, err := linuxnet.HostResidue(context.Background(), l.lineage()); err == nil {
+		for _, o := range objs {
+			if lk, err := netlink.LinkByName(o.ExternalID); err == nil {
+				a := lk.Attrs()
+				l.t.Logf("diagnose host link %s type=%s master=%d flags=%v oper=%s owner=%s", a.Name, lk.Type(), a.MasterIndex, a.Flags, a.OperState, o.Owner.Address)
+			}
+		}
+	}
+	b, _ = exec.Command("/usr/sbin/bridge", "link").CombinedOutput()
+	l.t.Logf("diagnose bridge link:\n%s", b)
+	b, _ = exec.Command("/bin/cat", "/proc/sys/net/bridge/bridge-nf-call-iptables").CombinedOutput()
+	l.t.Logf("diagnose bridge-nf-call-iptables: %s", b)
 }
 
 func TestKernelQuickstartApplyDestroy(t *testing.T) {
