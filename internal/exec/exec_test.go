@@ -573,3 +573,28 @@ func TestRecoverRefusesForeignCheckpoint(t *testing.T) {
 func testOp(addr string, step Step) *OpState {
 	return &OpState{Addr: addr, Op: OpCreate, Step: step, Action: Action{Addr: mustAddr(addr), Op: OpCreate, Kind: KindNode}}
 }
+
+func TestFailedResetLeavesNothingBehind(t *testing.T) {
+	h := newHarness(t)
+	desired := topology(1, 2, false)
+	h.mustApply(desired)
+	before := h.state().Resource(mustAddr("sysbox_node.web[0]"))
+	h.fake.SetFailpoint("StartNode", 0, fake.FailError)
+	_, err := h.ex.Reset(context.Background(), ResetRequest{Targets: []addrs.Instance{before.Addr}, Desired: desired})
+	if !errors.Is(err, fake.ErrInjected) {
+		t.Fatalf("reset: got %v, want the injected failure", err)
+	}
+	h.fake.ClearFailpoints()
+	after := h.state().Resource(before.Addr)
+	if after.ExternalID != before.ExternalID || after.Observation.Status != substrate.Degraded {
+		t.Fatalf("after failed reset: %s %s, want the prior generation recorded as degraded", after.ExternalID, after.Observation.Status)
+	}
+	if n := len(h.fake.World().Nodes); n != 2 {
+		t.Fatalf("nodes after failed reset: %d, want 2 (replacement deleted)", n)
+	}
+	// Resetting again brings the node back.
+	if _, err := h.ex.Reset(context.Background(), ResetRequest{Targets: []addrs.Instance{before.Addr}, Desired: desired}); err != nil {
+		t.Fatal(err)
+	}
+	checkAgree(t, h.state(), h.fake)
+}

@@ -109,7 +109,39 @@ func impactedPolicies(st *states.State, addr addrs.Instance, desired []Action) [
 	return out
 }
 
+// resetNode runs the reset steps; when they fail (not crash, not an unknown observation) before
+// the state switch, the replacement is deleted again and the node is recorded as degraded
+// (its prior generation was quiesced): nothing created is left behind, and state says why.
 func (r *run) resetNode(ctx context.Context, op *OpState) error {
+	err := r.resetSteps(ctx, op)
+	if err == nil || errors.Is(err, ErrUnknownObservation) || r.fatalErr() != nil || op.Step.atLeast(StepStateSaved) {
+		return err
+	}
+	if op.Handle != nil {
+		replacement := &PriorObject{Owner: op.Owner, Handle: *op.Handle, Attachments: op.Attachments}
+		if cerr := r.cleanupPrior(ctx, replacement); cerr != nil {
+			return errors.Join(err, fmt.Errorf("delete the failed replacement %s: %w", op.Handle.ExternalID, cerr))
+		}
+		op.Handle, op.Attachments = nil, nil
+	}
+	if op.Step.atLeast(StepVerified) { // the prior generation may have been quiesced
+		reason := "reset failed: " + err.Error() + "; the prior generation may be quiesced: reset again"
+		cerr := r.sv.commit(ctx, func(st *states.State) {
+			if cur := st.Resource(op.Action.Addr); cur != nil {
+				c := cur.Clone()
+				c.Observation = states.Observation{Status: substrate.Degraded, Reason: reason, At: r.e.now()}
+				st.Set(c)
+			}
+		})
+		if cerr != nil {
+			r.setFatal(cerr)
+			return errors.Join(err, cerr)
+		}
+	}
+	return err
+}
+
+func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 	a := &op.Action
 	p := op.Prior
 	if p == nil {
