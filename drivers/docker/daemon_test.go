@@ -294,7 +294,6 @@ func TestDaemonImport(t *testing.T) {
 	owner := testOwner(topo, "legacy")
 	labels := ownerLabels(owner)
 	delete(labels, labelMarker) // hand-made: the anchors only
-	labels[labelGeneration] = "4"
 	mk := func(name string, labels map[string]string, mode string) string {
 		c, err := d.cli.ContainerCreate(ctx, &container.Config{Image: art.Ref, Cmd: []string{"sleep", "3600"}, Labels: labels},
 			&container.HostConfig{NetworkMode: container.NetworkMode(mode)}, nil, nil, name)
@@ -309,25 +308,26 @@ func TestDaemonImport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ImportNode: %v", err)
 	}
-	want4 := owner
-	want4.Generation = 4
 	if got.Handle.ExternalID != good || got.Handle.Driver != Name || d.CheckPrivate(got.Handle.Private) != nil {
 		t.Fatalf("imported handle: got %+v", got.Handle)
 	}
 	p, _ := decodeNodePrivate(got.Handle.Private)
-	if mo, _ := substrate.ParseMarker(p.Marker); !mo.Equal(want4) {
-		t.Fatalf("imported marker: got %+v, want %+v (generation from the label)", mo, want4)
+	if mo, _ := substrate.ParseMarker(p.Marker); !mo.Equal(owner) {
+		t.Fatalf("imported marker: got %+v, want %+v", mo, owner)
 	}
 	if got.Artifact == nil || got.Artifact.Digest != art.Digest || got.Artifact.Ref != art.Ref || strings.Join(got.Command, " ") != "sleep 3600" {
 		t.Fatalf("normalized import: got artifact %+v command %v; want digest %s ref %s, command sleep 3600", got.Artifact, got.Command, art.Digest, art.Ref)
 	}
-	if obs, err := d.ObserveNode(ctx, got.Handle, want4); err != nil || obs.Status != substrate.Degraded {
+	if obs, err := d.ObserveNode(ctx, got.Handle, owner); err != nil || obs.Status != substrate.Degraded {
 		t.Fatalf("observe imported (not running): got %s (%s), %v; want degraded", obs.Status, obs.Reason, err)
 	}
 
 	otherAddr := ownerLabels(testOwner(topo, "someone-else"))
 	bridged := mk("sysbox-import-"+randHex(4), labels, "bridge")
 	noGen := map[string]string{labelTopology: topo, labelAddress: owner.Address, labelType: owner.Type}
+	gen4 := ownerLabels(owner)
+	delete(gen4, labelMarker)
+	gen4[labelGeneration] = "4"
 	for _, tt := range []struct {
 		name string
 		id   string
@@ -335,6 +335,7 @@ func TestDaemonImport(t *testing.T) {
 	}{
 		{"labels of another address", mk("sysbox-import-"+randHex(4), otherAddr, "none"), driver.ErrNotOwned},
 		{"no generation label", mk("sysbox-import-"+randHex(4), noGen, "none"), driver.ErrNotOwned},
+		{"another generation", mk("sysbox-import-"+randHex(4), gen4, "none"), driver.ErrNotOwned},
 		{"docker-managed network", bridged, driver.ErrNotSupported},
 		{"no such container", "sysbox-no-such-" + randHex(4), driver.ErrNotFound},
 	} {

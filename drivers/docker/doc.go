@@ -25,8 +25,9 @@
 //     are never written to a handle, envelope, label, error or log line.
 //
 // Import rule (S22): a container is adopted only when its labels already prove ownership: the
-// dev.zyvor.sysbox.topology, .address and .type labels equal the importing owner's and a
-// positive .generation label is present (create the container with those --label flags to make
-// it importable). Its network mode must be "none". Anything less is incomplete evidence and the
-// import fails with driver.ErrNotOwned.
+// dev.zyvor.sysbox.topology, .address, .type and .generation labels equal the importing owner's
+// (the runtime imports as generation 1); a .marker label, if present, must agree. Docker cannot
+// add labels to an existing container, so the container must have been created with them (the
+// refusal prints the exact --label flags). Its network mode must be "none". Anything less is
+// incomplete evidence and the import fails with driver.ErrNotOwned, touching nothing.
 package docker

@@ -442,6 +442,12 @@ func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, prio
 	return d.CreateNode(ctx, spec)
 }
 
+// importLabels are the docker run flags that make a container importable as owner.
+func importLabels(o substrate.Owner) string {
+	return fmt.Sprintf("--network none --label %s=%s --label %s=%s --label %s=%s --label %s=%d",
+		labelTopology, o.Topology, labelAddress, o.Address, labelType, o.Type, labelGeneration, o.Generation)
+}
+
 // ImportNode adopts an existing container whose labels prove it belongs to owner (see the
 // package documentation for the rule) and normalizes what it finds: the handle, the image as an
 // artifact identity, the command, and the NICs sysbox wired into it.
@@ -451,13 +457,10 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 	if err != nil {
 		return substrate.ImportedNode{}, apiErr(what, err)
 	}
-	got, ok := ownerFromLabels(ins.Config.Labels)
-	if !ok {
-		return substrate.ImportedNode{}, fmt.Errorf("%s: container lacks complete %s* labels (topology, address, type, generation): %w", what, labelPrefix, driver.ErrNotOwned)
+	if err := checkOwned(what, ins.Config.Labels, owner); err != nil {
+		return substrate.ImportedNode{}, fmt.Errorf("%w; a container is importable when created with %s", err, importLabels(owner))
 	}
-	if !got.SameResource(owner) {
-		return substrate.ImportedNode{}, fmt.Errorf("%s: labels name %s %s in topology %s: %w", what, got.Type, got.Address, got.Topology, driver.ErrNotOwned)
-	}
+	got := owner
 	if ins.HostConfig == nil || ins.HostConfig.NetworkMode != "none" {
 		return substrate.ImportedNode{}, fmt.Errorf("%s: network mode must be \"none\" (sysbox wires NICs from the host): %w", what, driver.ErrNotSupported)
 	}
