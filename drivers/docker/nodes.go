@@ -460,12 +460,11 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 	if err := checkOwned(what, ins.Config.Labels, owner); err != nil {
 		return substrate.ImportedNode{}, fmt.Errorf("%w; a container is importable when created with %s", err, importLabels(owner))
 	}
-	got := owner
 	if ins.HostConfig == nil || ins.HostConfig.NetworkMode != "none" {
 		return substrate.ImportedNode{}, fmt.Errorf("%s: network mode must be \"none\" (sysbox wires NICs from the host): %w", what, driver.ErrNotSupported)
 	}
 	out := substrate.ImportedNode{
-		Handle:  nodeHandle(nodePrivate{ContainerID: ins.ID, Name: strings.TrimPrefix(ins.Name, "/"), ImageID: ins.Image, Marker: got.Marker()}),
+		Handle:  nodeHandle(nodePrivate{ContainerID: ins.ID, Name: strings.TrimPrefix(ins.Name, "/"), ImageID: ins.Image, Marker: owner.Marker()}),
 		Command: append(append([]string{}, ins.Config.Entrypoint...), ins.Config.Cmd...),
 	}
 	img, err := d.cli.ImageInspect(ctx, ins.Image)
@@ -486,7 +485,7 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 			return substrate.ImportedNode{}, fmt.Errorf("%s: %w", what, err)
 		}
 		for _, n := range nics {
-			if n.Owner.SameResource(got) && n.Owner.Generation == got.Generation {
+			if n.Owner.Equal(owner) {
 				out.Attachments = append(out.Attachments, n.attachmentState())
 			}
 		}
