@@ -277,3 +277,35 @@ func checkRecovered(t *testing.T, dir, what string) {
 		t.Fatalf("%s: checkpoint left after recovery", what)
 	}
 }
+
+// TestCrashDuringRecovery kills an apply, then kills the recovery itself at each of its
+// checkpoint records, then recovers for real: recovery of a recovery converges too.
+func TestCrashDuringRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short: spawns many processes")
+	}
+	for _, n := range []int{8, 14, 20} { // inside node creation (created, attached, wired …)
+		base := t.TempDir()
+		r := runHelper(t, base, "apply", EnvFailpoint+"=checkpoint@"+strconv.Itoa(n))
+		if !r.killed {
+			t.Fatalf("apply not killed at checkpoint@%d", n)
+		}
+		kills := 0
+		for m := 1; m < 100; m++ {
+			dir := t.TempDir()
+			copyDir(t, base, dir)
+			r := runHelper(t, dir, "recover", EnvFailpoint+"=checkpoint@"+strconv.Itoa(m))
+			if !r.killed {
+				if r.code != 0 {
+					t.Fatalf("recover with checkpoint@%d: %+v", m, r)
+				}
+				break
+			}
+			kills++
+			checkRecovered(t, dir, fmt.Sprintf("apply killed at checkpoint@%d, its recovery at checkpoint@%d", n, m))
+		}
+		if kills == 0 {
+			t.Fatalf("recovery after checkpoint@%d wrote no checkpoint", n)
+		}
+	}
+}

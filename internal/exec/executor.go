@@ -287,7 +287,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 		}
 		ops[i] = r.begin(&actions[i])
 	}
-	failed := r.walk(ctx, actions, ops, false)
+	failed := r.walk(ctx, actions, ops)
 	r.pending.Wait()
 	res.Failed = failed
 	for _, op := range ops {
@@ -435,7 +435,7 @@ func (r *run) event(ev Event) {
 // walk runs the operations: first every delete (and the delete half of every replace) in
 // reverse dependency order, then everything else in dependency order. A failed operation
 // skips the operations that wait for it. It returns one error per failed or skipped operation.
-func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState, _ bool) []error {
+func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState) []error {
 	idx := make(map[string]int, len(actions))
 	for i := range actions {
 		idx[actions[i].Addr.String()] = i

@@ -112,7 +112,7 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 			ops[i] = op
 		}
 	}
-	failed := r.walk(ctx, actions, ops, true)
+	failed := r.walk(ctx, actions, ops)
 	r.pending.Wait()
 	for i, op := range it.Ops {
 		o := OpOutcome{Addr: op.Addr, Op: op.Op, From: from[i]}
