@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/config"
@@ -271,18 +274,45 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 	}
 
 	if !req.Destroy {
+		var todo []*config.ResourceInstance
 		for _, a := range order {
-			if !inScope(a) {
+			if inScope(a) {
+				todo = append(todo, desired[a.UniqueKey()])
+			}
+		}
+		// 1. each instance on its own (parallel), 2. dependencies in create order,
+		// 3. driver requirements (parallel); errors are reported in create order.
+		acts := make([]ResourceAction, len(todo))
+		hs := make([]Handler, len(todo))
+		errsAt := make([][]error, len(todo))
+		parallel(len(todo), func(i int) {
+			var err error
+			acts[i], hs[i], err = p.ownPlan(todo[i], prior, req.Facts)
+			if err != nil {
+				errsAt[i] = append(errsAt[i], err)
+			}
+		})
+		for i, ri := range todo {
+			if hs[i] == nil {
 				continue
 			}
-			ri := desired[a.UniqueKey()]
-			act, ok := p.planInstance(ri, prior, planned, req.Facts, fail)
-			if !ok {
+			if err := dependencyPlan(&acts[i], hs[i], ri, planned); err != nil {
+				errsAt[i] = append(errsAt[i], err)
+				hs[i] = nil
 				continue
 			}
-			p.require(&act, mustHandler(p.Handlers, ri.Addr), act.After, declaredDrivers, fail)
-			planned[a.UniqueKey()] = act.Action
-			plan.Actions = append(plan.Actions, act)
+			planned[ri.Addr.UniqueKey()] = acts[i].Action
+		}
+		parallel(len(todo), func(i int) {
+			if hs[i] != nil {
+				p.require(&acts[i], hs[i], acts[i].After, declaredDrivers, func(err error) { errsAt[i] = append(errsAt[i], err) })
+			}
+		})
+		for i := range todo {
+			errs = append(errs, errsAt[i]...)
+			if hs[i] != nil {
+				plan.Actions = append(plan.Actions, acts[i])
+			}
 		}
 	}
 	if len(errs) > 0 {
@@ -308,39 +338,32 @@ func targeted(ts []addrs.Target, a addrs.Instance) bool {
 	return false
 }
 
-func mustHandler(hs Handlers, a addrs.Instance) Handler {
-	h, _ := hs.Handler(a.Resource.Mode, a.Resource.Type)
-	return h
-}
-
-func (p *Planner) planInstance(ri *config.ResourceInstance, prior map[string]PriorResource, planned map[string]Action, facts Facts, fail func(error)) (ResourceAction, bool) {
+// ownPlan is the part of an instance's planning that depends only on the instance, its prior
+// state and the facts: the handler's desired form and its own diff. It runs in parallel.
+func (p *Planner) ownPlan(ri *config.ResourceInstance, prior map[string]PriorResource, facts Facts) (ResourceAction, Handler, error) {
 	h, ok := p.Handlers.Handler(ri.Addr.Resource.Mode, ri.Addr.Resource.Type)
 	if !ok {
-		fail(fmt.Errorf("%s: no handler for type %q", ri.Addr, ri.Addr.Resource.Type))
-		return ResourceAction{}, false
+		return ResourceAction{}, nil, fmt.Errorf("%s: no handler for type %q", ri.Addr, ri.Addr.Resource.Type)
 	}
 	after, err := h.Desired(ri, facts)
 	if err != nil {
-		fail(err)
-		return ResourceAction{}, false
+		return ResourceAction{}, nil, err
 	}
 	act := ResourceAction{Address: ri.Addr, Type: ri.Addr.Resource.Type, Mode: ri.Addr.Resource.Mode.String(),
 		SchemaVersion: h.SchemaVersion(), After: after, DependsOn: ri.DependsOn}
 	if ri.Addr.Resource.Mode == addrs.Data {
 		act.Action, act.Reason = Read, "data sources are read on every apply"
-		return act, true
+		return act, h, nil
 	}
 	pr, exists := prior[ri.Addr.UniqueKey()]
 	switch {
 	case !exists:
 		act.Action, act.Reason = Create, "not in state"
 	case pr.SchemaVersion != h.SchemaVersion():
-		fail(&SchemaVersionError{Addr: ri.Addr, State: pr.SchemaVersion, Current: h.SchemaVersion()})
-		return ResourceAction{}, false
+		return ResourceAction{}, nil, &SchemaVersionError{Addr: ri.Addr, State: pr.SchemaVersion, Current: h.SchemaVersion()}
 	case pr.Status == substrate.Unknown:
 		act.Before = pr.Attributes
 		act.Action, act.Reason = Unknown, "observation unknown ("+orText(pr.StatusReason, "driver could not observe it")+"); refresh once it can be observed"
-		return act, true
 	case pr.Status == substrate.Absent:
 		act.Before = pr.Attributes
 		act.Action, act.Reason = Create, "observed absent (deleted outside sysbox)"
@@ -348,8 +371,7 @@ func (p *Planner) planInstance(ri *config.ResourceInstance, prior map[string]Pri
 		act.Before = pr.Attributes
 		d, err := h.Diff(pr.Attributes, after)
 		if err != nil {
-			fail(fmt.Errorf("%s: diff: %w", ri.Addr, err))
-			return ResourceAction{}, false
+			return ResourceAction{}, nil, fmt.Errorf("%s: diff: %w", ri.Addr, err)
 		}
 		act.Action, act.Reason, act.Changes = d.Action, d.Reason, d.Changes
 		if pr.Status == substrate.Drifted || pr.Status == substrate.Degraded {
@@ -362,25 +384,56 @@ func (p *Planner) planInstance(ri *config.ResourceInstance, prior map[string]Pri
 				act.Reason = why + "; " + act.Reason
 			}
 		}
-		// Dependencies' changes, as this resource's handler judges them.
-		if act.Action == NoOp || act.Action == Update {
-			for _, dep := range ri.DependsOn {
-				da := planned[dep.UniqueKey()]
-				if da != Replace && da != Create {
-					continue
-				}
-				if a, why := h.DependencyChanged(ri, dep, da); a == Replace {
-					act.Action, act.Reason = Replace, why
-					break
-				}
+	}
+	return act, h, nil
+}
+
+// dependencyPlan applies, in create order, what the dependencies' actions mean for act as its
+// handler judges them (no automatic cascade), then lifecycle.prevent_destroy.
+func dependencyPlan(act *ResourceAction, h Handler, ri *config.ResourceInstance, planned map[string]Action) error {
+	if act.Action == NoOp || act.Action == Update {
+		for _, dep := range ri.DependsOn {
+			da := planned[dep.UniqueKey()]
+			if da != Replace && da != Create {
+				continue
+			}
+			if a, why := h.DependencyChanged(ri, dep, da); a == Replace {
+				act.Action, act.Reason = Replace, why
+				break
 			}
 		}
 	}
 	if act.Action == Replace && ri.PreventDestroy {
-		fail(&PreventDestroyError{Addr: ri.Addr, Action: Replace, Reason: act.Reason})
-		return ResourceAction{}, false
+		return &PreventDestroyError{Addr: ri.Addr, Action: Replace, Reason: act.Reason}
 	}
-	return act, true
+	return nil
+}
+
+// parallel runs fn(i) for i in [0, n) on all CPUs.
+func parallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // require records the driver and capabilities an action needs and checks them.
