@@ -25,10 +25,10 @@ type Firewall struct {
 
 // Rule is one filter rule, in order.
 type Rule struct {
-	Chain           string `json:"chain"`              // input | forward | output
-	Action          string `json:"action"`             // accept | drop | reject
-	Protocol        string `json:"protocol"`           // tcp | udp | icmp | any
-	Source          string `json:"source,omitempty"`   // IPv4 CIDR
+	Chain           string `json:"chain"`            // input | forward | output
+	Action          string `json:"action"`           // accept | drop | reject
+	Protocol        string `json:"protocol"`         // tcp | udp | icmp | any
+	Source          string `json:"source,omitempty"` // IPv4 CIDR
 	Destination     string `json:"destination,omitempty"`
 	SourcePort      int    `json:"source_port,omitempty"`
 	DestinationPort int    `json:"destination_port,omitempty"`
