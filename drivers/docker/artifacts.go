@@ -102,30 +102,34 @@ func (d *Driver) ResolveArtifact(ctx context.Context, spec substrate.ArtifactSpe
 	}, nil
 }
 
-// VerifyArtifact re-checks a resolved identity before a destructive step: the image Ref must
-// still be in the daemon and still carry the content tag for Digest; when Source is an absolute
-// path that still exists, its bytes must still hash to Digest.
+// VerifyArtifact re-checks a resolved identity before a destructive step: an image tagged with
+// the content tag for Digest must still be in the daemon and, when the identity carries a Ref,
+// be that very image; when Source is an absolute path that still exists, its bytes must still
+// hash to Digest. (The digest is the identity; Ref is the driver's handle on it and may be left
+// out by a caller that only kept the digest.)
 func (d *Driver) VerifyArtifact(ctx context.Context, id substrate.ArtifactIdentity) error {
 	what := fmt.Sprintf("artifact %s %s", id.Kind, id.Source)
-	if !digestRE.MatchString(id.Digest) || id.Ref == "" {
-		return fmt.Errorf("%s: identity lacks a sha256 digest or image ref: %w", what, driver.ErrDigestMismatch)
+	if !digestRE.MatchString(id.Digest) {
+		return fmt.Errorf("%s: identity lacks a sha256 digest (%q): %w", what, id.Digest, driver.ErrDigestMismatch)
 	}
 	if filepath.IsAbs(id.Source) {
 		if digest, _, err := hashFile(id.Source); err == nil && digest != id.Digest {
 			return fmt.Errorf("%s: archive now has digest %s, recorded %s: %w", what, digest, id.Digest, driver.ErrDigestMismatch)
 		}
 	}
-	if _, err := d.cli.ImageInspect(ctx, id.Ref); err != nil {
-		return apiErr(what+": image "+id.Ref, err)
+	if id.Ref != "" {
+		if _, err := d.cli.ImageInspect(ctx, id.Ref); err != nil {
+			return apiErr(what+": image "+id.Ref, err)
+		}
 	}
 	tagged, err := d.cli.ImageInspect(ctx, artifactTag(id.Digest))
 	if err != nil {
 		if e := apiErr(what, err); !errors.Is(e, driver.ErrNotFound) {
 			return e
 		}
-		return fmt.Errorf("%s: no image is tagged %s any more: %w", what, artifactTag(id.Digest), driver.ErrDigestMismatch)
+		return fmt.Errorf("%s: no image is tagged %s any more (resolve the artifact again): %w", what, artifactTag(id.Digest), driver.ErrNotFound)
 	}
-	if tagged.ID != id.Ref {
+	if id.Ref != "" && tagged.ID != id.Ref {
 		return fmt.Errorf("%s: %s is image %s, recorded %s: %w", what, artifactTag(id.Digest), tagged.ID, id.Ref, driver.ErrDigestMismatch)
 	}
 	return nil

@@ -64,10 +64,22 @@ func TestDaemonArtifacts(t *testing.T) {
 			_, err = d.ResolveArtifact(ctx, substrate.ArtifactSpec{Kind: specKind, Source: path, Digest: "sha256:" + strings.Repeat("ab", 32)})
 			wantErrIs(t, "resolve with a wrong pin", err, driver.ErrDigestMismatch)
 
-			// The image behind the content tag changes: verification refuses.
+			// An identity that kept only the digest still verifies against the content tag.
+			noRef := id
+			noRef.Ref = ""
+			if err := d.VerifyArtifact(ctx, noRef); err != nil {
+				t.Fatalf("VerifyArtifact(digest only): %v", err)
+			}
+			// A recorded image that is gone, or another image behind the content tag: refused.
 			bad := id
 			bad.Ref = "sha256:" + strings.Repeat("0", 64)
-			wantErrIs(t, "VerifyArtifact(other ref)", d.VerifyArtifact(ctx, bad), driver.ErrNotFound)
+			wantErrIs(t, "VerifyArtifact(gone ref)", d.VerifyArtifact(ctx, bad), driver.ErrNotFound)
+			other := resolveTestImage(t, d, "rootfs", "other-"+marker)
+			bad.Ref = other.Ref
+			wantErrIs(t, "VerifyArtifact(other image)", d.VerifyArtifact(ctx, bad), driver.ErrDigestMismatch)
+			unloaded := id
+			unloaded.Digest, unloaded.Ref, unloaded.Source = "sha256:"+strings.Repeat("1", 64), "", "elsewhere.tar"
+			wantErrIs(t, "VerifyArtifact(digest never loaded)", d.VerifyArtifact(ctx, unloaded), driver.ErrNotFound)
 			// The archive on disk changes: verification refuses.
 			if err := os.WriteFile(path, []byte("tampered"), 0o644); err != nil {
 				t.Fatal(err)

@@ -207,7 +207,8 @@ func startDockerd(t *testing.T, d *Driver, argv []string, logPath string) {
 // failpoint) right after the Docker node is running and wired, then dockerd restarts (the
 // container stops, its namespace and NIC vanish). The next apply recovers from the checkpoint
 // and converges; the lab serves. A second daemon restart after a complete apply is observed as
-// degraded and converges by replacement. Destroy leaves no residue.
+// degraded and converges by replacement; a targeted reset replaces the container and leaves the
+// neighbour alone. Destroy leaves no residue.
 func TestDaemonRestartMidApplyRecovered(t *testing.T) {
 	d := daemonDriver(t)
 	testenv.Require(t, os.Getenv("SYSBOX_TEST_DOCKER") == "1", "restarts dockerd: runs only with SYSBOX_TEST_DOCKER=1 (scripts/test-all sets it)")
@@ -291,6 +292,22 @@ func TestDaemonRestartMidApplyRecovered(t *testing.T) {
 	}
 	l.must("apply", "-auto-approve")
 	l.checkServes("after convergence")
+
+	// A targeted reset: a new container from the verified baseline, same address and MAC, the
+	// firewall re-applied; the netns neighbour is not touched.
+	before := l.webContainers()
+	probeBefore := l.must("state", "show", "sysbox_node.probe")
+	if out := l.must("reset", "sysbox_node."+l.web); !strings.Contains(out, "Reset complete") {
+		t.Fatalf("reset:\n%s", out)
+	}
+	after := l.webContainers()
+	if len(before) != 1 || len(after) != 1 || after[0].ID == before[0].ID {
+		t.Fatalf("reset: containers before %d, after %d; want one, replaced", len(before), len(after))
+	}
+	if probeAfter := l.must("state", "show", "sysbox_node.probe"); probeAfter != probeBefore {
+		t.Fatalf("reset of the web node changed the probe's state:\n%s\n---\n%s", probeBefore, probeAfter)
+	}
+	l.checkServes("after reset")
 
 	out = l.must("destroy", "-auto-approve")
 	if !strings.Contains(out, "no object carries this topology's markers") {
