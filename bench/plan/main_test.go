@@ -2,15 +2,14 @@ package plan
 
 import (
 	"os"
-	"runtime/debug"
 	"testing"
+
+	"zyvor.dev/sysbox/internal/cli/sysbox"
 )
 
-// TestMain applies the GC setting cmd/sysbox uses (GOGC=400 unless GOGC is set), so that the
-// figures are those of the CLI.
+// TestMain applies the GC setting of cmd/sysbox (sysbox.TuneGC: no proportional GC, a 2 GiB
+// soft limit, unless GOGC or GOMEMLIMIT is set), so that the figures are those of the CLI.
 func TestMain(m *testing.M) {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(400)
-	}
+	sysbox.TuneGC()
 	os.Exit(m.Run())
 }

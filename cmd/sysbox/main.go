@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"zyvor.dev/sysbox/internal/cli/sysbox"
@@ -16,11 +15,7 @@ import (
 var version = "0.1.0-dev"
 
 func main() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		// Planning allocates many short-lived values; a larger heap target halves GC time on
-		// 10,000-resource topologies (bench/plan) for a few hundred MB of extra peak memory.
-		debug.SetGCPercent(400)
-	}
+	sysbox.TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &sysbox.Env{
 		Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -164,6 +165,20 @@ func (a *App) dir() string {
 
 // color reports whether to colour stdout.
 func (a *App) color() bool { return a.Env.IsTTY && !a.NoColor }
+
+// TuneGC sets the garbage collector for a short-lived CLI process unless GOGC or GOMEMLIMIT is
+// set: no proportional collection, a soft memory limit of 2 GiB instead. Decoding and planning
+// allocate many short-lived values; on 10,000-resource topologies this saves a fifth of the
+// CPU time (bench/plan) and collections still run before the heap passes the limit.
+func TuneGC() {
+	_, gogc := os.LookupEnv("GOGC")
+	_, limit := os.LookupEnv("GOMEMLIMIT")
+	if gogc || limit {
+		return
+	}
+	debug.SetMemoryLimit(2 << 30)
+	debug.SetGCPercent(-1)
+}
 
 // IsTerminal reports whether f is a character device (a TTY); used by cmd/sysbox.
 func IsTerminal(f *os.File) bool {
