@@ -598,3 +598,23 @@ func TestFailedResetLeavesNothingBehind(t *testing.T) {
 	}
 	checkAgree(t, h.state(), h.fake)
 }
+
+func TestDestroyAuditsUsedDriversStrictly(t *testing.T) {
+	h := newHarness(t)
+	other, _ := fake.New(fake.Options{Name: "other"})
+	other.SetUnavailable(true)
+	if err := h.ex.Registry.Register(other); err != nil {
+		t.Fatal(err)
+	}
+	h.mustApply(topology(1, 1, false))
+	res, residue, err := h.ex.Destroy(context.Background(), nil)
+	if err != nil || len(residue) != 0 || len(res.AuditSkipped) != 1 || res.AuditSkipped[0] != "other" {
+		t.Fatalf("destroy with an unused unavailable driver: got %v %v skipped %v", err, residue, res.AuditSkipped)
+	}
+	// The topology's own driver unavailable at audit time: destroy cannot be called done.
+	h.mustApply(topology(1, 1, false))
+	h.fake.SetFailpoint("Residue", 0, fake.FailUnavailable)
+	if _, _, err := h.ex.Destroy(context.Background(), nil); !errors.Is(err, driver.ErrUnavailable) {
+		t.Fatalf("destroy with its own driver unavailable for the audit: got %v", err)
+	}
+}

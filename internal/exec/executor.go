@@ -56,6 +56,8 @@ type Result struct {
 	Recovered  *RecoverReport
 	Checkpoint Stats
 	StateSaves int
+	// AuditSkipped lists drivers the topology did not use that could not be audited.
+	AuditSkipped []string
 }
 
 // Err joins the failures, or nil.

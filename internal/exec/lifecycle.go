@@ -68,6 +68,12 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 		return &Result{Recovered: rep}, nil, err
 	}
 	lineage := s.st.Lineage
+	used := map[string]bool{}
+	for _, r := range s.st.Resources {
+		if r.Driver != "" {
+			used[r.Driver] = true
+		}
+	}
 	res, runErr := e.execute(ctx, s, "destroy", plan.Fingerprint, actions, func(*states.State) (map[string]states.Output, error) {
 		return map[string]states.Output{}, nil
 	})
@@ -75,7 +81,8 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 	if runErr != nil {
 		return res, nil, runErr
 	}
-	residue, err := e.Audit(ctx, lineage)
+	residue, skipped, err := e.Audit(ctx, lineage, used)
+	res.AuditSkipped = skipped
 	if err != nil {
 		return res, nil, err
 	}
@@ -87,8 +94,12 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 
 // Audit asks every registered driver with the audit capability for objects carrying the
 // topology's markers.
-func (e *Executor) Audit(ctx context.Context, topology string) ([]substrate.Object, error) {
-	var out []substrate.Object
+//
+// used names the drivers the topology used (its state's drivers before destroy): for them an
+// unavailable driver is an error — ownership evidence is incomplete, so destroy cannot be
+// called done. Other registered drivers are audited too when they answer; one that is
+// unavailable is listed in skipped.
+func (e *Executor) Audit(ctx context.Context, topology string, used map[string]bool) (out []substrate.Object, skipped []string, err error) {
 	seen := map[string]bool{}
 	for _, name := range e.Registry.Names() {
 		if !e.Registry.Has(name, driver.CapAudit) {
@@ -96,11 +107,15 @@ func (e *Executor) Audit(ctx context.Context, topology string) ([]substrate.Obje
 		}
 		a, err := driver.Get[driver.Auditor](e.Registry, name, driver.CapAudit)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		objs, err := a.Residue(ctx, topology)
+		if err != nil && errors.Is(err, driver.ErrUnavailable) && !used[name] {
+			skipped = append(skipped, name)
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("residue audit: driver %s: %w", name, err)
+			return nil, skipped, fmt.Errorf("residue audit: driver %s: %w", name, err)
 		}
 		for _, o := range objs {
 			k := o.Kind + "\x00" + o.ExternalID
@@ -116,7 +131,7 @@ func (e *Executor) Audit(ctx context.Context, topology string) ([]substrate.Obje
 		}
 		return out[i].ExternalID < out[j].ExternalID
 	})
-	return out, nil
+	return out, skipped, nil
 }
 
 // Refresh observes every resource in state through its driver and saves the observations by

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"zyvor.dev/sysbox/internal/exec"
@@ -98,6 +99,9 @@ func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
 	}
 	if err != nil {
 		return err
+	}
+	if len(res.AuditSkipped) > 0 {
+		fmt.Fprintf(a.Env.Stdout, "Residue audit skipped unavailable driver(s) this topology never used: %s\n", strings.Join(res.AuditSkipped, ", "))
 	}
 	fmt.Fprintln(a.Env.Stdout, "Destroy complete. Residue audit: no object carries this topology's markers.")
 	return nil
