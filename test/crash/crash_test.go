@@ -24,6 +24,7 @@ import (
 	"zyvor.dev/sysbox/internal/driver/fake"
 	execpkg "zyvor.dev/sysbox/internal/exec"
 	"zyvor.dev/sysbox/internal/states"
+	"zyvor.dev/sysbox/internal/testenv"
 )
 
 var binary string
@@ -380,4 +381,91 @@ func TestNoSecretInDurableFiles(t *testing.T) {
 		return nil
 	})
 	must(t, run(t, dir, nil, "recover"), "recover")
+}
+
+// TestKillRealBinaryRealDrivers is the kernel tier of the matrix: examples/lab-small on the real
+// netns and nftables drivers, the binary killed after every checkpoint record of apply and of
+// reset. After each kill `sysbox recover` must finish the run, `sysbox refresh` must observe
+// every resource present, a second recover must find nothing, and `sysbox destroy` must end
+// with a clean residue audit (the drivers' own audit of this topology's markers).
+func TestKillRealBinaryRealDrivers(t *testing.T) {
+	testenv.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("skipped in -short: builds and destroys the lab dozens of times")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	example := filepath.Join(filepath.Dir(file), "..", "..", "examples", "lab-small")
+	real := func(t *testing.T, dir string, env []string, args ...string) result {
+		t.Helper()
+		c := exec.Command(binary, args...)
+		c.Dir = dir
+		c.Env = append(os.Environ(), "WEB_TOKEN="+secret)
+		c.Env = append(c.Env, env...)
+		out, err := c.CombinedOutput()
+		r := result{out: string(out)}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				r.killed = true
+			} else {
+				r.code = ee.ExitCode()
+			}
+		} else if err != nil {
+			t.Fatalf("run %v: %v", args, err)
+		}
+		return r
+	}
+	for _, sc := range []struct {
+		name  string
+		setup bool
+		args  []string
+	}{
+		{"apply", false, []string{"apply", "-auto-approve"}},
+		{"reset", true, []string{"reset", "sysbox_node.web[0]", "sysbox_node.gw"}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			kills := 0
+			for n := 1; n < 200; n++ {
+				dir := t.TempDir()
+				copyTree(t, example, dir)
+				t.Cleanup(func() { real(t, dir, nil, "destroy", "-auto-approve") })
+				if sc.setup {
+					if r := real(t, dir, nil, "apply", "-auto-approve"); r.killed || r.code != 0 {
+						t.Fatalf("setup apply: %+v", r)
+					}
+				}
+				r := real(t, dir, []string{execpkg.EnvFailpoint + "=checkpoint@" + strconv.Itoa(n)}, sc.args...)
+				what := fmt.Sprintf("%s killed at checkpoint@%d", strings.Join(sc.args, " "), n)
+				if !r.killed {
+					if r.code != 0 {
+						t.Fatalf("%s: %+v", what, r)
+					}
+					break // beyond the last step
+				}
+				kills++
+				if r := real(t, dir, nil, "recover"); r.killed || r.code != 0 {
+					t.Fatalf("%s: recover: %+v", what, r)
+				}
+				r = real(t, dir, nil, "refresh")
+				if r.code != 0 {
+					t.Fatalf("%s: refresh: %+v", what, r)
+				}
+				for _, line := range strings.Split(strings.TrimSpace(r.out), "\n") {
+					if strings.HasPrefix(line, "sysbox_") && !strings.HasSuffix(line, ": present") {
+						t.Fatalf("%s: after recovery: %s\n%s", what, line, r.out)
+					}
+				}
+				if r := real(t, dir, nil, "recover"); r.code != 0 || !strings.Contains(r.out, "Nothing to recover") {
+					t.Fatalf("%s: second recover: %+v", what, r)
+				}
+				if r := real(t, dir, nil, "destroy", "-auto-approve"); r.code != 0 || !strings.Contains(r.out, "Residue audit: no object") {
+					t.Fatalf("%s: destroy: %+v", what, r)
+				}
+			}
+			if kills == 0 {
+				t.Fatal("no kill happened")
+			}
+			t.Logf("%d kill points", kills)
+		})
+	}
 }
