@@ -618,3 +618,37 @@ func TestDestroyAuditsUsedDriversStrictly(t *testing.T) {
 		t.Fatalf("destroy with its own driver unavailable for the audit: got %v", err)
 	}
 }
+
+// TestCancelledApplyIsRecoverable: Ctrl-C (a cancelled context) mid-apply starts nothing more;
+// an operation it interrupted is left unfinished (not failed) and recovery finishes it.
+func TestCancelledApplyIsRecoverable(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.ex.Parallelism = 1
+	h.ex.Progress = func(ev Event) {
+		if ev.Addr == "sysbox_node.web[1]" && ev.Phase == "start" {
+			cancel()
+		}
+	}
+	desired := topology(1, 3, false)
+	_, err := h.ex.Apply(ctx, &Plan{Actions: planFor(nil, desired)})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled apply: got %v", err)
+	}
+	// web[1] began (its checkpoint says so) but its driver call was cancelled: the run is
+	// unfinished, not failed; what was not started was not touched.
+	if _, err := os.Stat(filepath.Join(h.dir, CheckpointFile)); err != nil {
+		t.Fatalf("checkpoint not kept after cancel: %v", err)
+	}
+	if st := h.state(); len(st.Resources) == len(desired) {
+		t.Fatalf("cancel had no effect: %v", st.Addresses())
+	}
+	h.ex.Progress = nil
+	if _, err := h.ex.Recover(context.Background()); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	checkAgree(t, h.state(), h.fake)
+	h.mustApply(desired)
+	checkAgree(t, h.state(), h.fake)
+}

@@ -483,8 +483,8 @@ func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState) []erro
 		if err := r.removePart(ctx, ops[i]); err != nil {
 			record(i, err)
 		}
-	}, func(i int, reason string) {
-		record(i, fmt.Errorf("%s: %s skipped: %s", actions[i].Addr, actions[i].Op, reason))
+	}, func(i int, reason error) {
+		record(i, fmt.Errorf("%s: %s skipped: %w", actions[i].Addr, actions[i].Op, reason))
 	})
 	// Phase 2: everything else, dependencies first.
 	var rest []int
@@ -505,8 +505,8 @@ func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState) []erro
 		if err := r.createPart(ctx, ops[i]); err != nil {
 			record(i, err)
 		}
-	}, func(i int, reason string) {
-		record(i, fmt.Errorf("%s: %s skipped: %s", actions[i].Addr, actions[i].Op, reason))
+	}, func(i int, reason error) {
+		record(i, fmt.Errorf("%s: %s skipped: %w", actions[i].Addr, actions[i].Op, reason))
 	})
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errs
@@ -547,7 +547,7 @@ func depsOf(a *Action) []addrs.Instance {
 // schedule runs fn for each item once every item it waits for has finished, at most
 // parallelism at a time; an item whose prerequisite failed, or that has not started when the
 // run became unfinishable, is skipped (skip is called with the reason).
-func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, name func(int) string, failed func(int) bool, fn func(int), skip func(i int, reason string)) {
+func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, name func(int) string, failed func(int) bool, fn func(int), skip func(i int, reason error)) {
 	if len(items) == 0 {
 		return
 	}
@@ -565,18 +565,18 @@ func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, na
 			for _, j := range after[i] {
 				<-done[j]
 				if failed(j) {
-					skip(i, "dependency "+name(j)+" failed")
+					skip(i, fmt.Errorf("dependency %s failed", name(j)))
 					return
 				}
 			}
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			if err := r.fatalErr(); err != nil {
-				skip(i, "not started: "+err.Error())
+				skip(i, fmt.Errorf("not started: %w", err))
 				return
 			}
 			if err := ctx.Err(); err != nil {
-				skip(i, "not started: "+err.Error())
+				skip(i, fmt.Errorf("not started: %w", err))
 				return
 			}
 			fn(i)
@@ -596,8 +596,9 @@ func (r *run) fatalErr() error {
 func (r *run) fail(ctx context.Context, op *OpState, err error) error {
 	err = fmt.Errorf("%s: %s: %w", op.Addr, op.Op, err)
 	r.event(Event{Addr: op.Addr, Op: op.Op, Phase: "failed", Err: err})
-	if errors.Is(err, ErrUnknownObservation) || r.fatalErr() != nil {
-		// Stop without a terminal record: recovery must look again.
+	if errors.Is(err, ErrUnknownObservation) || r.fatalErr() != nil || ctx.Err() != nil {
+		// Stop without a terminal record: recovery must look again (an interrupted operation
+		// is resumed, not given up).
 		return err
 	}
 	op.Error = err.Error()

@@ -441,7 +441,7 @@ func (r *run) provision(ctx context.Context, op *OpState) error {
 // nothing created is forgotten (the next plan replaces it). Unknown observations are not
 // recorded: recovery must look again.
 func (r *run) keepFailed(ctx context.Context, op *OpState, cause error) error {
-	if errors.Is(cause, ErrUnknownObservation) || op.Handle == nil || r.fatalErr() != nil {
+	if errors.Is(cause, ErrUnknownObservation) || op.Handle == nil || r.fatalErr() != nil || ctx.Err() != nil {
 		return cause
 	}
 	if err := r.saveSync(ctx, op, substrate.Observation{Status: substrate.Degraded, Reason: cause.Error()}); err != nil {

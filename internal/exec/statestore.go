@@ -101,7 +101,8 @@ func (s *saver) commitWith(ctx context.Context, change func(st *states.State), f
 	}
 	if !s.saving {
 		s.saving = true
-		go s.loop(ctx)
+		// Progress already made is saved even when the run is being cancelled.
+		go s.loop(context.WithoutCancel(ctx))
 	}
 	s.mu.Unlock()
 }

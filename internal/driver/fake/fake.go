@@ -300,9 +300,13 @@ func crash() {
 	select {} // the signal is delivered asynchronously; never return into the caller
 }
 
-// enter records a call and runs the before-failpoint. Called with d.mu held.
-func (d *Driver) enter(method string) error {
+// enter records a call, refuses a cancelled context and runs the before-failpoint. Called
+// with d.mu held.
+func (d *Driver) enter(ctx context.Context, method string) error {
 	d.calls = append(d.calls, method)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fake %s: %w", method, err)
+	}
 	if d.unavailable {
 		return fmt.Errorf("fake %s: %w", method, driver.ErrUnavailable)
 	}
@@ -539,7 +543,7 @@ func (d *Driver) digestOf(source string) (string, int64) {
 func (d *Driver) ResolveArtifact(ctx context.Context, spec substrate.ArtifactSpec) (substrate.ArtifactIdentity, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("ResolveArtifact"); err != nil {
+	if err := d.enter(ctx, "ResolveArtifact"); err != nil {
 		return substrate.ArtifactIdentity{}, err
 	}
 	dg, size := d.digestOf(spec.Source)
@@ -554,7 +558,7 @@ func (d *Driver) ResolveArtifact(ctx context.Context, spec substrate.ArtifactSpe
 func (d *Driver) VerifyArtifact(ctx context.Context, id substrate.ArtifactIdentity) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("VerifyArtifact"); err != nil {
+	if err := d.enter(ctx, "VerifyArtifact"); err != nil {
 		return err
 	}
 	if dg, _ := d.digestOf(id.Source); dg != id.Digest {
@@ -569,7 +573,7 @@ func (d *Driver) VerifyArtifact(ctx context.Context, id substrate.ArtifactIdenti
 func (d *Driver) CreateNetwork(ctx context.Context, spec substrate.NetworkSpec) (substrate.Handle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("CreateNetwork"); err != nil {
+	if err := d.enter(ctx, "CreateNetwork"); err != nil {
 		return substrate.Handle{}, err
 	}
 	if !spec.Owner.Complete() {
@@ -591,7 +595,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, spec substrate.NetworkSpec) 
 func (d *Driver) ObserveNetwork(ctx context.Context, h substrate.Handle, owner substrate.Owner) (substrate.Observation, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("ObserveNetwork"); err != nil {
+	if err := d.enter(ctx, "ObserveNetwork"); err != nil {
 		return unknown(h.ExternalID, err)
 	}
 	n := d.world.Networks[h.ExternalID]
@@ -605,7 +609,7 @@ func (d *Driver) ObserveNetwork(ctx context.Context, h substrate.Handle, owner s
 func (d *Driver) DeleteNetwork(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("DeleteNetwork"); err != nil {
+	if err := d.enter(ctx, "DeleteNetwork"); err != nil {
 		return err
 	}
 	n := d.world.Networks[h.ExternalID]
@@ -655,7 +659,7 @@ func (d *Driver) createNode(method string, spec substrate.NodeSpec) (substrate.H
 func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (substrate.Handle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("CreateNode"); err != nil {
+	if err := d.enter(ctx, "CreateNode"); err != nil {
 		return substrate.Handle{}, err
 	}
 	return d.createNode("CreateNode", spec)
@@ -665,7 +669,7 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substrate.NodeSpec) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("StartNode"); err != nil {
+	if err := d.enter(ctx, "StartNode"); err != nil {
 		return err
 	}
 	n := d.world.Nodes[h.ExternalID]
@@ -687,7 +691,7 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) (substrate.Observation, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("ObserveNode"); err != nil {
+	if err := d.enter(ctx, "ObserveNode"); err != nil {
 		return unknown(h.ExternalID, err)
 	}
 	n := d.world.Nodes[h.ExternalID]
@@ -705,7 +709,7 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("StopNode"); err != nil {
+	if err := d.enter(ctx, "StopNode"); err != nil {
 		return err
 	}
 	n := d.world.Nodes[h.ExternalID]
@@ -726,7 +730,7 @@ func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substra
 func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("DeleteNode"); err != nil {
+	if err := d.enter(ctx, "DeleteNode"); err != nil {
 		return err
 	}
 	n := d.world.Nodes[h.ExternalID]
@@ -769,7 +773,7 @@ func (d *Driver) nicOf(st substrate.AttachmentState) string {
 func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substrate.AttachmentSpec) (substrate.AttachmentState, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("Attach"); err != nil {
+	if err := d.enter(ctx, "Attach"); err != nil {
 		return substrate.AttachmentState{}, err
 	}
 	n := d.world.Nodes[node.ExternalID]
@@ -810,7 +814,7 @@ func (d *Driver) ObserveAttachment(ctx context.Context, node substrate.Handle, s
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	id := d.nicOf(st)
-	if err := d.enter("ObserveAttachment"); err != nil {
+	if err := d.enter(ctx, "ObserveAttachment"); err != nil {
 		return unknown(id, err)
 	}
 	c := d.world.NICs[id]
@@ -828,7 +832,7 @@ func (d *Driver) ObserveAttachment(ctx context.Context, node substrate.Handle, s
 func (d *Driver) Detach(ctx context.Context, node substrate.Handle, st substrate.AttachmentState, owner substrate.Owner) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("Detach"); err != nil {
+	if err := d.enter(ctx, "Detach"); err != nil {
 		return err
 	}
 	id := d.nicOf(st)
@@ -848,7 +852,7 @@ func (d *Driver) Detach(ctx context.Context, node substrate.Handle, st substrate
 func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("ConfigureGuestNetwork"); err != nil {
+	if err := d.enter(ctx, "ConfigureGuestNetwork"); err != nil {
 		return err
 	}
 	n := d.world.Nodes[node.ExternalID]
@@ -871,7 +875,7 @@ func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handl
 func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.ExecRequest) (substrate.ExecResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("Exec"); err != nil {
+	if err := d.enter(ctx, "Exec"); err != nil {
 		return substrate.ExecResult{}, err
 	}
 	n := d.world.Nodes[node.ExternalID]
@@ -906,7 +910,7 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 func (d *Driver) ApplyPolicy(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, spec substrate.PolicySpec) (substrate.Handle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("ApplyPolicy"); err != nil {
+	if err := d.enter(ctx, "ApplyPolicy"); err != nil {
 		return substrate.Handle{}, err
 	}
 	n := d.world.Nodes[node.ExternalID]
@@ -967,7 +971,7 @@ func policyAttachments(spec substrate.PolicySpec) []string {
 func (d *Driver) ObservePolicy(ctx context.Context, node substrate.Handle, h substrate.Handle, atts []substrate.AttachmentState, spec substrate.PolicySpec) (substrate.Observation, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("ObservePolicy"); err != nil {
+	if err := d.enter(ctx, "ObservePolicy"); err != nil {
 		return unknown(h.ExternalID, err)
 	}
 	p := d.world.Policies[h.ExternalID]
@@ -986,7 +990,7 @@ func (d *Driver) ObservePolicy(ctx context.Context, node substrate.Handle, h sub
 func (d *Driver) DeletePolicy(ctx context.Context, node substrate.Handle, h substrate.Handle, owner substrate.Owner) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("DeletePolicy"); err != nil {
+	if err := d.enter(ctx, "DeletePolicy"); err != nil {
 		return err
 	}
 	p := d.world.Policies[h.ExternalID]
@@ -1007,7 +1011,7 @@ func (d *Driver) DeletePolicy(ctx context.Context, node substrate.Handle, h subs
 func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, priorOwner substrate.Owner, spec substrate.NodeSpec) (substrate.Handle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("NewGeneration"); err != nil {
+	if err := d.enter(ctx, "NewGeneration"); err != nil {
 		return substrate.Handle{}, err
 	}
 	if !spec.Owner.SameResource(priorOwner) || spec.Owner.Generation <= priorOwner.Generation {
@@ -1034,7 +1038,7 @@ func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, prio
 func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substrate.Owner) (substrate.ImportedNode, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("ImportNode"); err != nil {
+	if err := d.enter(ctx, "ImportNode"); err != nil {
 		return substrate.ImportedNode{}, err
 	}
 	n := d.world.Nodes[externalID]
@@ -1074,7 +1078,7 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Object, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter("Residue"); err != nil {
+	if err := d.enter(ctx, "Residue"); err != nil {
 		return nil, err
 	}
 	var out []substrate.Object
