@@ -563,13 +563,12 @@ func (s *KernelStore) dump(ctx context.Context, m *ebpf.Map, keep bool, progress
 	if ks == 0 || vs == 0 {
 		return nil, "", fmt.Errorf("key size %d, value size %d: %w", ks, vs, ErrNotGeneric)
 	}
-	if w := s.workers(m); w > 1 {
+	// Parallel reads keep every entry (the overlap check needs them), so counting (Probe,
+	// metadata-only) stays on one thread with one reused buffer.
+	if w := s.workers(m); w > 1 && keep {
 		out, err := s.dumpParallel(ctx, m, w, progress)
 		switch {
 		case err == nil:
-			if !keep {
-				out = &entryChunks{n: out.n}
-			}
 			return out, "batch-parallel", nil
 		case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, syscall.Errno(524)):
 			// ENOTSUPP (524) and friends: use the library's single-threaded path below.
