@@ -117,25 +117,39 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	if spec.MemoryMB > 0 {
 		hc.Memory = int64(spec.MemoryMB) << 20
 	}
-	resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
-	if err == nil {
-		return nodeHandle(nodePrivate{ContainerID: resp.ID, Name: name, ImageID: spec.Artifact.Ref, Marker: spec.Owner.Marker()}), nil
+	// A name conflict whose holder cannot be inspected yet is a create still in flight in the
+	// daemon (typically from a process killed mid-request, now being recovered): wait for it to
+	// land or vanish, then adopt it or create again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+		if err == nil {
+			return nodeHandle(nodePrivate{ContainerID: resp.ID, Name: name, ImageID: spec.Artifact.Ref, Marker: spec.Owner.Marker()}), nil
+		}
+		if !errdefs.IsConflict(err) {
+			return substrate.Handle{}, apiErr(what+": create container "+name, err)
+		}
+		ins, ierr := d.cli.ContainerInspect(ctx, name)
+		if errdefs.IsNotFound(ierr) && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return substrate.Handle{}, fmt.Errorf("%s: create container %s: %w", what, name, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if ierr != nil {
+			return substrate.Handle{}, apiErr(what+": create container "+name+": name in use; inspect", ierr)
+		}
+		// The name is taken: adopt it only if its labels prove it is this very node's.
+		if err := checkOwned(fmt.Sprintf("%s: container %s (%s) already holds the name", what, name, short(ins.ID)), ins.Config.Labels, spec.Owner); err != nil {
+			return substrate.Handle{}, err
+		}
+		if ins.Image != spec.Artifact.Ref {
+			return substrate.Handle{}, fmt.Errorf("%s: container %s already exists with image %s, want %s; delete it first", what, name, ins.Image, spec.Artifact.Ref)
+		}
+		return nodeHandle(nodePrivate{ContainerID: ins.ID, Name: name, ImageID: ins.Image, Marker: spec.Owner.Marker()}), nil
 	}
-	if !errdefs.IsConflict(err) {
-		return substrate.Handle{}, apiErr(what+": create container "+name, err)
-	}
-	// The name is taken: adopt it only if its labels prove it is this very node's.
-	ins, ierr := d.cli.ContainerInspect(ctx, name)
-	if ierr != nil {
-		return substrate.Handle{}, apiErr(what+": create container "+name+": name in use; inspect", ierr)
-	}
-	if err := checkOwned(fmt.Sprintf("%s: container %s (%s) already holds the name", what, name, short(ins.ID)), ins.Config.Labels, spec.Owner); err != nil {
-		return substrate.Handle{}, err
-	}
-	if ins.Image != spec.Artifact.Ref {
-		return substrate.Handle{}, fmt.Errorf("%s: container %s already exists with image %s, want %s; delete it first", what, name, ins.Image, spec.Artifact.Ref)
-	}
-	return nodeHandle(nodePrivate{ContainerID: ins.ID, Name: name, ImageID: ins.Image, Marker: spec.Owner.Marker()}), nil
 }
 
 // inspectOwned inspects h's container and checks its labels against owner.
