@@ -652,3 +652,25 @@ func TestCancelledApplyIsRecoverable(t *testing.T) {
 	h.mustApply(desired)
 	checkAgree(t, h.state(), h.fake)
 }
+
+func TestRecoverNeedsItsDrivers(t *testing.T) {
+	h := newHarness(t)
+	h.fake.SetFailpoint("ObserveNode", 1, fake.FailUnavailable)
+	if _, err := h.apply(topology(1, 1, false)); !errors.Is(err, ErrUnknownObservation) {
+		t.Fatalf("apply: %v", err)
+	}
+	// A sysbox without the driver the interrupted run used refuses to touch the checkpoint.
+	bare := &Executor{Registry: driver.NewRegistry(), State: h.store, Dir: h.dir}
+	_, err := bare.Recover(context.Background())
+	var mc *driver.MissingCapabilityError
+	if !errors.As(err, &mc) {
+		t.Fatalf("recover without the driver: got %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, CheckpointFile)); err != nil {
+		t.Fatal("checkpoint lost")
+	}
+	if _, err := h.ex.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	checkAgree(t, h.state(), h.fake)
+}

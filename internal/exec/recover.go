@@ -96,6 +96,17 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 			return rep, fmt.Errorf("checkpoint %s: %w: %w", it.Path, durable.ErrCorrupt, err)
 		}
 	}
+	// The drivers the unfinished operations need must be there, before any provider call (a
+	// missing driver is not the operation's failure: the checkpoint is kept).
+	var pending []Action
+	for _, op := range it.Ops {
+		if !op.Step.Terminal() {
+			pending = append(pending, op.Action)
+		}
+	}
+	if err := e.Check(pending); err != nil {
+		return rep, fmt.Errorf("recovery needs drivers this sysbox does not provide; the checkpoint is kept: %w", err)
+	}
 	// Steps 2–5: continue every unfinished operation from its checkpointed step.
 	log, err := reopenLog(it)
 	if err != nil {
