@@ -56,6 +56,8 @@ type Provisioner struct {
 // NodeDrivers are the node drivers sysbox knows.
 var NodeDrivers = []string{"netns", "docker", "libvirt", "firecracker"}
 
+var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 
 // Node handles sysbox_node.
@@ -166,7 +168,7 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 		d.add(d.attr("hostname"), "Invalid hostname", "hostname %q is not a valid host name label", c.Hostname)
 	}
 	for k := range c.Environment {
-		if !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(k) {
+		if !envKeyRE.MatchString(k) {
 			d.add(d.attr("environment"), "Invalid environment", "environment key %q is not a valid variable name", k)
 		}
 	}

@@ -180,15 +180,21 @@ func TestPlanHoldsNoSecretPlaintext(t *testing.T) {
 	}
 }
 
-func TestGoldenLabSmallPlan(t *testing.T) {
-	tp := load(t, "../../examples/lab-small", nil)
+func TestGoldenExamplePlans(t *testing.T) {
+	for _, ex := range []string{"lab-small", "modules-foreach"} {
+		t.Run(ex, func(t *testing.T) { goldenPlan(t, ex) })
+	}
+}
+
+func goldenPlan(t *testing.T, ex string) {
+	tp := load(t, "../../examples/"+ex, nil)
 	p, err := planner().Plan(plans.Request{Topology: tp, Prior: &plans.MemoryState{LineageID: "golden"}, Facts: facts(tp, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Fingerprint.SourceDigest = "(varies with checkout)" // the example is edited over time
 	got, _ := json.MarshalIndent(p, "", "  ")
-	golden := filepath.Join("testdata", "lab-small.plan.json")
+	golden := filepath.Join("testdata", ex+".plan.json")
 	if *update {
 		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
 			t.Fatal(err)
