@@ -347,13 +347,19 @@ func (g *Graph) DOT() string {
 	var b strings.Builder
 	b.WriteString("digraph sysbox {\n  rankdir = \"RL\";\n  node [shape = rect];\n")
 	for _, a := range g.Nodes() {
-		fmt.Fprintf(&b, "  %q;\n", a.String())
+		fmt.Fprintf(&b, "  %s;\n", dotQuote(a.String()))
 	}
 	for _, a := range g.Nodes() {
 		for _, d := range g.DependenciesOf(a) {
-			fmt.Fprintf(&b, "  %q -> %q;\n", a.String(), d.String())
+			fmt.Fprintf(&b, "  %s -> %s;\n", dotQuote(a.String()), dotQuote(d.String()))
 		}
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// dotQuote quotes s as a DOT string: only backslash and double quote are escaped (DOT has no
+// \u escapes, so other characters stay as they are).
+func dotQuote(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }

@@ -225,3 +225,12 @@ func BenchmarkTopoOrderChain(b *testing.B) {
 		}
 	}
 }
+
+func TestDOTQuotesKeys(t *testing.T) {
+	g := New()
+	g.Connect(a(`x.n["é\"q"]`), a(`x.net`))
+	want := `"x.n[\"é\\\"q\"]" -> "x.net";`
+	if dot := g.DOT(); !strings.Contains(dot, want) {
+		t.Errorf("DOT:\n%s\nwant a line %s", dot, want)
+	}
+}
