@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/vishvananda/netlink"
 
 	"zyvor.dev/sysbox/drivers/docker/imagetest"
 	"zyvor.dev/sysbox/internal/driver"
@@ -291,6 +292,45 @@ func TestPickManifest(t *testing.T) {
 			got, err := pickManifest(ocispec.Index{Manifests: tt.idx}, tt.arch)
 			if (err == nil) != tt.wantOK || (tt.wantOK && got.Digest.String() != tt.want) {
 				t.Fatalf("pickManifest: got %s, %v; want %s (ok %v)", got.Digest, err, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestRetryDump(t *testing.T) {
+	other := errors.New("permission denied")
+	tests := []struct {
+		name      string
+		errs      []error // returned by successive calls; nil = success
+		wantCalls int
+		wantErr   error
+	}{
+		{"first try", []error{nil}, 1, nil},
+		{"interrupted twice", []error{netlink.ErrDumpInterrupted, netlink.ErrDumpInterrupted, nil}, 3, nil},
+		{"other error at once", []error{other}, 1, other},
+		{"always interrupted", nil, 10, netlink.ErrDumpInterrupted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			got, err := retryDump(func() ([]int, error) {
+				calls++
+				if calls <= len(tt.errs) && tt.errs[calls-1] == nil {
+					return []int{1, 2}, nil
+				}
+				if calls <= len(tt.errs) {
+					return []int{1}, tt.errs[calls-1]
+				}
+				return []int{1}, netlink.ErrDumpInterrupted
+			})
+			if calls != tt.wantCalls || !errors.Is(err, tt.wantErr) && err != tt.wantErr {
+				t.Fatalf("got %d calls, %v; want %d calls, %v", calls, err, tt.wantCalls, tt.wantErr)
+			}
+			if tt.wantErr == nil && len(got) != 2 {
+				t.Fatalf("got %v, want the complete dump", got)
+			}
+			if errors.Is(tt.wantErr, netlink.ErrDumpInterrupted) && got != nil {
+				t.Fatalf("got partial %v, want none", got)
 			}
 		})
 	}

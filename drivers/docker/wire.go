@@ -210,7 +210,7 @@ func (m markedLink) attachmentState() substrate.AttachmentState {
 }
 
 func markedLinks(h *netlink.Handle) ([]markedLink, error) {
-	links, err := h.LinkList()
+	links, err := retryDump(h.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
@@ -265,13 +265,13 @@ func listMarkedLinks(pid int) ([]markedLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	routes, _ := nh.RouteList(nil, netlink.FAMILY_V4)
+	routes, _ := retryDump(func() ([]netlink.Route, error) { return nh.RouteList(nil, netlink.FAMILY_V4) })
 	for i := range out {
 		l, err := nh.LinkByName(out[i].Name)
 		if err != nil {
 			continue
 		}
-		addrs, err := nh.AddrList(l, netlink.FAMILY_V4)
+		addrs, err := retryDump(func() ([]netlink.Addr, error) { return nh.AddrList(l, netlink.FAMILY_V4) })
 		if err != nil {
 			return nil, fmt.Errorf("addresses of %s: %w", out[i].Name, err)
 		}
@@ -322,7 +322,7 @@ func guestLink(pid int, name string) (netlink.Link, []string, error) {
 		}
 		return nil, nil, fmt.Errorf("interface %s: %w", name, err)
 	}
-	addrs, err := nh.AddrList(l, netlink.FAMILY_V4)
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return nh.AddrList(l, netlink.FAMILY_V4) })
 	if err != nil {
 		return nil, nil, fmt.Errorf("addresses of %s: %w", name, err)
 	}
@@ -331,4 +331,17 @@ func guestLink(pid int, name string) (netlink.Link, []string, error) {
 		ips = append(ips, a.IPNet.String())
 	}
 	return l, ips, nil
+}
+
+// retryDump repeats a netlink dump that the kernel interrupted because the set changed while it
+// was read (other links coming and going); a partial dump is never used.
+func retryDump[T any](dump func() ([]T, error)) ([]T, error) {
+	var err error
+	for i := 0; i < 10; i++ {
+		var out []T
+		if out, err = dump(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return nil, err
 }
