@@ -137,9 +137,6 @@ type crashScenario struct {
 }
 
 func TestCrashAtEveryStep(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped in -short: spawns hundreds of processes")
-	}
 	applied := func(t *testing.T, dir string) {
 		if r := runHelper(t, dir, "apply"); r.killed || r.code != 0 {
 			t.Fatalf("setup apply: %+v", r)
@@ -219,9 +216,6 @@ func TestCrashAtEveryStep(t *testing.T) {
 
 // TestCrashParallel kills a parallel apply (records group-committed) at every checkpoint.
 func TestCrashParallel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped in -short: spawns many processes")
-	}
 	for n := 1; n < 500; n++ {
 		dir := t.TempDir()
 		r := runHelper(t, dir, "apply", EnvFailpoint+"=checkpoint@"+strconv.Itoa(n), "SYSBOX_CRASH_PARALLELISM=8")
@@ -281,9 +275,6 @@ func checkRecovered(t *testing.T, dir, what string) {
 // TestCrashDuringRecovery kills an apply, then kills the recovery itself at each of its
 // checkpoint records, then recovers for real: recovery of a recovery converges too.
 func TestCrashDuringRecovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped in -short: spawns many processes")
-	}
 	for _, n := range []int{8, 14, 20} { // inside node creation (created, attached, wired …)
 		base := t.TempDir()
 		r := runHelper(t, base, "apply", EnvFailpoint+"=checkpoint@"+strconv.Itoa(n))

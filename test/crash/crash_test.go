@@ -294,9 +294,6 @@ func recovered(t *testing.T, dir, what string) {
 }
 
 func TestKillRealBinaryAtEveryStep(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped in -short: runs the binary hundreds of times")
-	}
 	applied := func(t *testing.T, dir string) {
 		must(t, run(t, dir, nil, "apply", "-auto-approve"), "setup apply")
 	}
@@ -390,9 +387,6 @@ func TestNoSecretInDurableFiles(t *testing.T) {
 // with a clean residue audit (the drivers' own audit of this topology's markers).
 func TestKillRealBinaryRealDrivers(t *testing.T) {
 	testenv.RequireRoot(t)
-	if testing.Short() {
-		t.Skip("skipped in -short: builds and destroys the lab dozens of times")
-	}
 	_, file, _, _ := runtime.Caller(0)
 	example := filepath.Join(filepath.Dir(file), "..", "..", "examples", "lab-small")
 	real := func(t *testing.T, dir string, env []string, args ...string) result {
