@@ -43,6 +43,10 @@ type DecodeRequest struct {
 	Body      hcl.Body  // for source ranges
 	DeclRange hcl.Range
 	BaseDir   string // the module directory, for relative paths
+	// SecretPaths are the values that came from env() (secret references). A handler accepts
+	// them only where the executor resolves references (e.g. a node's environment) and
+	// rejects them elsewhere.
+	SecretPaths []cty.Path
 }
 
 // Decoded is a handler's result for one instance.

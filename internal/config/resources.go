@@ -205,7 +205,11 @@ func (j *decodeJob) run() {
 	if marked {
 		val, pvm = val.UnmarkDeepWithPaths()
 	}
+	var secretPaths []cty.Path
 	for _, pm := range pvm {
+		if _, ok := pm.Marks[SecretRef]; ok {
+			secretPaths = append(secretPaths, pm.Path)
+		}
 		if _, ok := pm.Marks[Sensitive]; ok {
 			j.errf("Sensitive value in a resource attribute",
 				"%s: %s comes from a sensitive variable and would be stored in plan and state as plaintext; pass secrets with env(\"NAME\") so only a reference (secret://env/NAME) is stored",
@@ -219,7 +223,7 @@ func (j *decodeJob) run() {
 	if j.failed {
 		return
 	}
-	dec, d := j.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.baseDir})
+	dec, d := j.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.baseDir, SecretPaths: secretPaths})
 	j.diags = append(j.diags, d...)
 	if d.HasErrors() || dec == nil {
 		j.failed = true

@@ -64,6 +64,7 @@ var artifactSpec = hcldec.ObjectSpec{
 func (*Artifact) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
 	d := newDiags(req)
 	v := req.Value
+	d.checkSecrets(req)
 	c := ArtifactConfig{Driver: str(v, "driver"), Kind: str(v, "kind"), Source: str(v, "source"), BaseDir: req.BaseDir,
 		Architecture: str(v, "architecture"), GuestFamily: str(v, "guest_family"), Pinned: str(v, "digest")}
 	if c.Driver == "" {

@@ -69,6 +69,48 @@ func (d *diags) block(typ, label string, index int, attr string) hcl.Range {
 	return d.decl
 }
 
+// checkSecrets rejects secret references (env()) outside the top-level attributes listed in
+// allowed: only there does the executor resolve them right before the provider call.
+func (d *diags) checkSecrets(req *config.DecodeRequest, allowed ...string) {
+	for _, p := range req.SecretPaths {
+		top := ""
+		if len(p) > 0 {
+			if ga, ok := p[0].(cty.GetAttrStep); ok {
+				top = ga.Name
+			}
+		}
+		if oneOf(top, allowed...) {
+			continue
+		}
+		where := d.addr.Resource.Type + " takes no secrets"
+		if len(allowed) > 0 {
+			where = "secret references are resolved at execution only in " + strings.Join(allowed, ", ")
+		}
+		d.add(d.attr(top), "Secret reference not allowed here",
+			"%s comes from env(), but %s; use a plain value, or env_optional() for a non-secret setting", attrPath(p), where)
+	}
+}
+
+func attrPath(p cty.Path) string {
+	var b strings.Builder
+	for _, s := range p {
+		switch s := s.(type) {
+		case cty.GetAttrStep:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.Name)
+		case cty.IndexStep:
+			if s.Key.Type() == cty.String {
+				b.WriteString("[" + quote(s.Key.AsString()) + "]")
+			} else {
+				b.WriteString("[…]")
+			}
+		}
+	}
+	return b.String()
+}
+
 // str reads an optional string attribute of obj ("" when null).
 func str(obj cty.Value, name string) string {
 	if !obj.Type().IsObjectType() || !obj.Type().HasAttribute(name) {

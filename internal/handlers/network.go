@@ -43,6 +43,7 @@ var networkSpec = hcldec.ObjectSpec{
 func (*Network) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
 	d := newDiags(req)
 	v := req.Value
+	d.checkSecrets(req)
 	c := NetworkConfig{Driver: str(v, "driver"), IPv4CIDR: str(v, "ipv4_cidr")}
 	if c.Driver == "" {
 		c.Driver = DefaultNetworkDriver

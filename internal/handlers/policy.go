@@ -141,6 +141,7 @@ var firewallSpec = hcldec.ObjectSpec{
 func (*Firewall) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
 	d := newDiags(req)
 	v := req.Value
+	d.checkSecrets(req)
 	c := FirewallConfig{Driver: str(v, "driver")}
 	if c.Driver == "" {
 		c.Driver = DefaultPolicyDriver
@@ -283,6 +284,7 @@ var routerSpec = hcldec.ObjectSpec{
 func (*Router) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
 	d := newDiags(req)
 	v := req.Value
+	d.checkSecrets(req)
 	c := RouterConfig{Driver: str(v, "driver")}
 	if c.Driver == "" {
 		c.Driver = DefaultPolicyDriver

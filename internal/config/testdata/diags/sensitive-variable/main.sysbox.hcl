@@ -9,3 +9,10 @@ resource "sysbox_node" "a" {
 output "pw" {
   value = var.password
 }
+resource "sysbox_node" "b" {
+  hostname = env("HOST")
+  command  = ["run", env("ARG")]
+}
+resource "sysbox_network" "n" {
+  ipv4_cidr = env("CIDR")
+}
