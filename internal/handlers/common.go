@@ -101,9 +101,12 @@ func attrPath(p cty.Path) string {
 			}
 			b.WriteString(s.Name)
 		case cty.IndexStep:
-			if s.Key.Type() == cty.String {
+			switch {
+			case s.Key.Type() == cty.String:
 				b.WriteString("[" + quote(s.Key.AsString()) + "]")
-			} else {
+			case s.Key.Type() == cty.Number:
+				b.WriteString("[" + s.Key.AsBigFloat().Text('f', -1) + "]")
+			default:
 				b.WriteString("[…]")
 			}
 		}

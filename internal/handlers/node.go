@@ -100,7 +100,7 @@ var nodeSpec = hcldec.ObjectSpec{
 func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
 	d := newDiags(req)
 	v := req.Value
-	d.checkSecrets(req, "environment", "command", "provisioner")
+	d.checkSecrets(req, "environment", "provisioner")
 	c := NodeConfig{Driver: str(v, "driver"), Command: strList(v, "command"), Environment: strMap(v, "environment"), Hostname: str(v, "hostname")}
 	if c.Driver == "" {
 		c.Driver = "netns"
