@@ -674,3 +674,36 @@ func TestRecoverNeedsItsDrivers(t *testing.T) {
 	}
 	checkAgree(t, h.state(), h.fake)
 }
+
+// TestRecoveryStopsOnForeignMarkers: a recorded handle whose object now carries someone
+// else's markers stops recovery with the checkpoint kept, and the object is not touched.
+func TestRecoveryStopsOnForeignMarkers(t *testing.T) {
+	h := newHarness(t)
+	h.fake.SetFailpoint("ObserveNode", 1, fake.FailUnavailable)
+	if _, err := h.apply(topology(1, 1, false)); !errors.Is(err, ErrUnknownObservation) {
+		t.Fatalf("apply: %v", err)
+	}
+	it, err := ReadLog(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node string
+	for _, op := range it.Ops {
+		if op.Handle != nil && op.Action.Kind == KindNode {
+			node = op.Handle.ExternalID
+		}
+	}
+	foreign := substrate.Owner{Topology: "other", Address: "sysbox_node.x", Type: "sysbox_node", Generation: 1}
+	if err := h.fake.SetMarker(node, foreign.Marker()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ex.Recover(context.Background()); !errors.Is(err, ErrInvalidObservation) {
+		t.Fatalf("recover over a foreign object: got %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, CheckpointFile)); err != nil {
+		t.Fatal("checkpoint not kept")
+	}
+	if n := h.fake.World().Nodes[node]; n == nil || n.Marker != foreign.Marker() {
+		t.Fatal("foreign object touched")
+	}
+}

@@ -67,6 +67,17 @@ func (r *Result) Err() error { return errors.Join(r.Failed...) }
 // unknown is never absent, so the run stops rather than guess.
 var ErrUnknownObservation = errors.New("observation unknown")
 
+// ErrInvalidObservation is wrapped when a recorded handle names an object whose markers are
+// not the operation's own. Like an unknown observation it stops the run (and recovery) with the
+// checkpoint kept: the evidence is wrong, and nothing is decided on it.
+var ErrInvalidObservation = errors.New("observation invalid")
+
+// stops reports whether err must leave its operation unfinished (for recovery) rather than
+// failed: an unknown or invalid observation, or a cancelled run.
+func stops(ctx context.Context, err error) bool {
+	return errors.Is(err, ErrUnknownObservation) || errors.Is(err, ErrInvalidObservation) || ctx.Err() != nil
+}
+
 func (e *Executor) now() time.Time {
 	if e.Now != nil {
 		return e.Now().UTC()
@@ -596,7 +607,7 @@ func (r *run) fatalErr() error {
 func (r *run) fail(ctx context.Context, op *OpState, err error) error {
 	err = fmt.Errorf("%s: %s: %w", op.Addr, op.Op, err)
 	r.event(Event{Addr: op.Addr, Op: op.Op, Phase: "failed", Err: err})
-	if errors.Is(err, ErrUnknownObservation) || r.fatalErr() != nil || ctx.Err() != nil {
+	if stops(ctx, err) || r.fatalErr() != nil {
 		// Stop without a terminal record: recovery must look again (an interrupted operation
 		// is resumed, not given up).
 		return err

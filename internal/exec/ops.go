@@ -189,7 +189,7 @@ func (r *run) createNetwork(ctx context.Context, op *OpState) error {
 		case obs.Status == substrate.Absent:
 			op.Handle = nil
 		case !ours(obs, op.Owner):
-			return fmt.Errorf("network %s: %w: %s", op.Handle.ExternalID, driver.ErrNotOwned, obs.Reason)
+			return fmt.Errorf("network %s: %w: %w: %s", op.Handle.ExternalID, ErrInvalidObservation, driver.ErrNotOwned, obs.Reason)
 		}
 	}
 	if op.Handle == nil {
@@ -360,7 +360,7 @@ func (r *run) adoptRecorded(ctx context.Context, op *OpState, nodes driver.Nodes
 		op.Handle, op.Attachments = nil, nil
 		op.Step = StepBegin
 	case !ours(obs, op.Owner):
-		return fmt.Errorf("node %s: %w: %s", op.Handle.ExternalID, driver.ErrNotOwned, obs.Reason)
+		return fmt.Errorf("node %s: %w: %w: %s", op.Handle.ExternalID, ErrInvalidObservation, driver.ErrNotOwned, obs.Reason)
 	}
 	return nil
 }
@@ -441,7 +441,7 @@ func (r *run) provision(ctx context.Context, op *OpState) error {
 // nothing created is forgotten (the next plan replaces it). Unknown observations are not
 // recorded: recovery must look again.
 func (r *run) keepFailed(ctx context.Context, op *OpState, cause error) error {
-	if errors.Is(cause, ErrUnknownObservation) || op.Handle == nil || r.fatalErr() != nil || ctx.Err() != nil {
+	if stops(ctx, cause) || op.Handle == nil || r.fatalErr() != nil {
 		return cause
 	}
 	if err := r.saveSync(ctx, op, substrate.Observation{Status: substrate.Degraded, Reason: cause.Error()}); err != nil {

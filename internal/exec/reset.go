@@ -114,7 +114,7 @@ func impactedPolicies(st *states.State, addr addrs.Instance, desired []Action) [
 // (its prior generation was quiesced): nothing created is left behind, and state says why.
 func (r *run) resetNode(ctx context.Context, op *OpState) error {
 	err := r.resetSteps(ctx, op)
-	if err == nil || errors.Is(err, ErrUnknownObservation) || r.fatalErr() != nil || ctx.Err() != nil || op.Step.atLeast(StepStateSaved) {
+	if err == nil || stops(ctx, err) || r.fatalErr() != nil || op.Step.atLeast(StepStateSaved) {
 		return err
 	}
 	if op.Handle != nil {
