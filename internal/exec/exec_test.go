@@ -440,14 +440,18 @@ func TestImportAndExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r, err := h.ex.Import(ctx, mustAddr("sysbox_node.legacy"), "fake", "legacy-7", nil, 0)
+	r, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")},
+		Node: &NodeSpec{Attachments: []Attachment{{Name: "lan", Network: mustAddr("sysbox_network.lan[0]")}}}}, "legacy-7")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.ExternalID != "legacy-7" || r.Owner.Generation != 1 {
 		t.Fatalf("import: got %+v", r)
 	}
-	if _, err := h.ex.Import(ctx, mustAddr("sysbox_node.legacy"), "fake", "legacy-7", nil, 0); err == nil {
+	if r.Observation.Status != substrate.Degraded || !strings.Contains(r.Observation.Reason, "lan") {
+		t.Fatalf("import of a node lacking its configured attachment: observation %+v, want degraded", r.Observation)
+	}
+	if _, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")}}, "legacy-7"); err == nil {
 		t.Fatal("second import to a taken address accepted")
 	}
 	out, err := h.ex.Exec(ctx, mustAddr("sysbox_node.web[0]"), substrate.ExecRequest{Argv: []string{"echo", "hi"}})

@@ -266,17 +266,18 @@ func (e *Executor) observe(ctx context.Context, st *states.State, r *states.Reso
 	return unknown(fmt.Errorf("no kind known for resource type %s", r.Addr.Resource.Type))
 }
 
-// Import adopts an existing node as addr through its driver's import rule (S22) and records it
-// in state at generation 1 of this topology's ownership. attrs, when given, is the handler's
-// stored form of the configured resource (so the next plan compares like with like);
-// schemaVersion goes with it.
-func (e *Executor) Import(ctx context.Context, addr addrs.Instance, driverName, externalID string, attrs json.RawMessage, schemaVersion int) (*states.Resource, error) {
+// Import adopts an existing node as the desired node action (address, driver, and the
+// handler's stored form, schema version and dependencies, so that the next plan compares like
+// with like and destroy orders it correctly) through its driver's import rule (S22), and records
+// it in state at generation 1 of this topology's ownership.
+func (e *Executor) Import(ctx context.Context, desired Action, externalID string) (*states.Resource, error) {
+	addr, driverName := desired.Addr, desired.Driver
 	s, _, err := e.open(ctx, "import")
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
-	if KindOfType[addr.Resource.Type] != KindNode {
+	if desired.Kind != KindNode {
 		return nil, fmt.Errorf("import %s: only nodes can be imported", addr)
 	}
 	if s.st.Resource(addr) != nil {
@@ -305,11 +306,30 @@ func (e *Executor) Import(ctx context.Context, addr addrs.Instance, driverName, 
 		Attachments: got.Attachments, Owner: owner, Private: &priv, CreatedAt: now, UpdatedAt: now,
 		Observation: states.Observation{Status: substrate.Present, Reason: "imported", At: now}}
 	res.Attributes, _ = jsonMarshal(summary{Kind: KindNode, Generation: 1, Artifact: got.Artifact})
-	if attrs != nil {
-		res.Attributes = attrs
+	if desired.Attributes != nil {
+		res.Attributes = desired.Attributes
 	}
-	if schemaVersion > 0 {
-		res.SchemaVersion = schemaVersion
+	if desired.SchemaVersion > 0 {
+		res.SchemaVersion = desired.SchemaVersion
+	}
+	res.Dependencies = desired.Deps
+	// What the configuration wires but the object lacks is drift, recorded so that the planner
+	// converges it by a controlled replacement (S14).
+	if desired.Node != nil {
+		have := map[string]bool{}
+		for _, a := range got.Attachments {
+			have[a.Name] = true
+		}
+		var missing []string
+		for _, a := range desired.Node.Attachments {
+			if !have[a.Name] {
+				missing = append(missing, a.Name)
+			}
+		}
+		if len(missing) > 0 {
+			res.Observation = states.Observation{Status: substrate.Degraded, At: now,
+				Reason: "imported without configured attachment(s) " + strings.Join(missing, ", ")}
+		}
 	}
 	next := s.st.Clone()
 	next.Set(res)

@@ -41,10 +41,7 @@ topology's ownership markers on it). ADDR must be in the configuration and not y
 			if want == nil {
 				return fmt.Errorf("import %s: not in the configuration; add the resource block first", addr)
 			}
-			if want.Kind != exec.KindNode {
-				return fmt.Errorf("import %s: only nodes can be imported", addr)
-			}
-			r, err := rt.ex.Import(cmd.Context(), addr, want.Driver, args[1], want.Attributes, want.SchemaVersion)
+			r, err := rt.ex.Import(cmd.Context(), *want, args[1])
 			if err != nil {
 				return err
 			}
