@@ -156,7 +156,12 @@ func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 		return err
 	}
 	if !op.Step.atLeast(StepVerified) {
-		for _, id := range []*substrate.ArtifactIdentity{a.Node.Spec.Artifact, a.Node.Spec.Kernel} {
+		// The identities as the node is created from them (with the driver's reference).
+		base, err := r.nodeSpec(ctx, op, false)
+		if err != nil {
+			return err
+		}
+		for _, id := range []*substrate.ArtifactIdentity{base.Artifact, base.Kernel} {
 			if id == nil {
 				continue
 			}
