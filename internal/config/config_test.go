@@ -346,3 +346,16 @@ resource "sysbox_node" "c" { hostname = sysbox_node.a.nope }`})
 		t.Errorf("got hostname %q command %v", b.Hostname, b.Command)
 	}
 }
+
+func TestUndeclaredInputs(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": `variable "a" { default = "x" }`})
+	_, diags := eval(t, dir, config.Options{Inputs: config.EnvInputs([]string{"SYSBOX_VAR_other=1"})})
+	if diags.HasErrors() || len(diags) != 1 || diags[0].Severity != hcl.DiagWarning {
+		t.Errorf("undeclared SYSBOX_VAR_other: got %v, want one warning", diags)
+	}
+	_, v, _ := config.ParseVarFlag("other=1")
+	_, diags = eval(t, dir, config.Options{Inputs: map[string]config.InputValue{"other": v}})
+	if !diags.HasErrors() || !strings.Contains(diags.Error(), `-var other sets variable "other"`) {
+		t.Errorf("undeclared -var: got %v, want an error", diags)
+	}
+}

@@ -160,10 +160,16 @@ func Evaluate(root *Module, src *Sources, opts Options) (*Topology, hcl.Diagnost
 	ri := e.newModInst(addrs.RootModule, root, nil, nil, rep{})
 	e.evalAll(ri)
 	e.runJobs()
-	for name := range opts.Inputs {
+	for _, name := range sortedKeys(opts.Inputs) {
 		if _, ok := root.Variables[name]; !ok {
 			in := opts.Inputs[name]
-			e.diags = append(e.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Value for undeclared variable",
+			// -var and var files name this topology's variables: a typo is an error. The
+			// environment is shared by many topologies: a warning.
+			sev := hcl.DiagError
+			if in.FromEnv {
+				sev = hcl.DiagWarning
+			}
+			e.diags = append(e.diags, &hcl.Diagnostic{Severity: sev, Summary: "Value for undeclared variable",
 				Detail: fmt.Sprintf("%s sets variable %q, which the root module does not declare", in.Source, name), Subject: in.Range})
 		}
 	}

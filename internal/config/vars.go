@@ -13,11 +13,12 @@ import (
 
 // InputValue is a root variable value from outside the configuration.
 type InputValue struct {
-	Value  cty.Value // when !IsRaw
-	Raw    string    // -var and SYSBOX_VAR_*: interpreted by the variable's type
-	IsRaw  bool
-	Source string     // "-var", "SYSBOX_VAR_x", or the var file
-	Range  *hcl.Range // in a var file, else nil
+	Value   cty.Value // when !IsRaw
+	Raw     string    // -var and SYSBOX_VAR_*: interpreted by the variable's type
+	IsRaw   bool
+	Source  string     // "-var", "SYSBOX_VAR_x", or the var file
+	Range   *hcl.Range // in a var file, else nil
+	FromEnv bool       // from SYSBOX_VAR_* (an undeclared one is only a warning)
 }
 
 // EnvPrefix prefixes environment variables that set root variables.
@@ -32,7 +33,7 @@ func EnvInputs(environ []string) map[string]InputValue {
 			continue
 		}
 		name := strings.TrimPrefix(k, EnvPrefix)
-		out[name] = InputValue{Raw: v, IsRaw: true, Source: "environment variable " + k}
+		out[name] = InputValue{Raw: v, IsRaw: true, Source: "environment variable " + k, FromEnv: true}
 	}
 	return out
 }
