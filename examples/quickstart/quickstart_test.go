@@ -153,6 +153,25 @@ func residue(topology string) []string {
 	return out
 }
 
+type stateNode struct {
+	ExternalID  string `json:"external_id"`
+	Attachments []struct {
+		MAC  string   `json:"mac"`
+		IPv4 []string `json:"ipv4"`
+	} `json:"attachments"`
+}
+
+// node reads a node's state through `sysbox state show --json`.
+func (l *lab) node(addr string) stateNode {
+	l.t.Helper()
+	var n stateNode
+	out := l.must("state", "show", addr, "--json")
+	if err := json.Unmarshal([]byte(out), &n); err != nil {
+		l.t.Fatalf("state show %s: %v\n%s", addr, err, out)
+	}
+	return n
+}
+
 // checkLab asserts what the quickstart promises.
 func (l *lab) checkLab() {
 	l.t.Helper()
@@ -214,6 +233,27 @@ func TestKernelQuickstartApplyDestroy(t *testing.T) {
 	if objs := residue(lin); len(objs) == 0 {
 		t.Fatalf("audit before destroy found nothing for lineage %s: the check would prove nothing", lin)
 	}
+
+	// Reset the server: new generation (external id), same MAC and address, the firewall back
+	// on the new namespace, the client untouched.
+	before, clientBefore := l.node("sysbox_node.server"), l.node("sysbox_node.client")
+	l.must("reset", "sysbox_node.server")
+	after, clientAfter := l.node("sysbox_node.server"), l.node("sysbox_node.client")
+	if after.ExternalID == before.ExternalID {
+		t.Errorf("server external id after reset: got %s, want a new one", after.ExternalID)
+	}
+	if clientAfter.ExternalID != clientBefore.ExternalID {
+		t.Errorf("client external id after resetting the server: got %s, want %s unchanged", clientAfter.ExternalID, clientBefore.ExternalID)
+	}
+	if len(after.Attachments) != 1 || len(before.Attachments) != 1 ||
+		after.Attachments[0].MAC != before.Attachments[0].MAC || strings.Join(after.Attachments[0].IPv4, ",") != strings.Join(before.Attachments[0].IPv4, ",") {
+		t.Errorf("server attachments after reset: got %+v, want MAC and IPv4 of %+v", after.Attachments, before.Attachments)
+	}
+	if out := l.must("exec", "sysbox_node.server", "--", l.busybox, "ip", "link", "show", "dmz"); !strings.Contains(out, before.Attachments[0].MAC) {
+		t.Errorf("server's dmz interface after reset lacks MAC %s:\n%s", before.Attachments[0].MAC, out)
+	}
+	l.checkLab()
+
 	out := l.must("destroy", "-auto-approve")
 	if !strings.Contains(out, "no object carries this topology's markers") {
 		t.Errorf("destroy output lacks a clean residue audit:\n%s", out)
