@@ -648,6 +648,9 @@ func (e *evaluator) referencedIn(m *Module) map[string]bool {
 // scanValue walks v once: whether anything is marked, and the first value known only after
 // apply outside references to other resources (see firstUnknown).
 func scanValue(v cty.Value) (marked bool, unknownAt cty.Path, hasUnknown bool) {
+	if !needsScan(v, true) {
+		return false, nil, false // the common case: no path allocations
+	}
 	_ = cty.Walk(v, func(p cty.Path, v cty.Value) (bool, error) {
 		if v.IsMarked() {
 			marked = true
@@ -697,4 +700,27 @@ func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
 	}
 	walk(sb, true)
 	return out
+}
+
+// needsScan reports whether v holds a mark or a value known only after apply outside
+// references (the conditions scanValue locates), without building paths.
+func needsScan(v cty.Value, top bool) bool {
+	if v.IsMarked() || !v.IsKnown() {
+		return true
+	}
+	if v.IsNull() {
+		return false
+	}
+	if !top && isReference(v) {
+		return false
+	}
+	ty := v.Type()
+	if ty.IsObjectType() || ty.IsTupleType() || ty.IsListType() || ty.IsMapType() || ty.IsSetType() {
+		for it := v.ElementIterator(); it.Next(); {
+			if _, e := it.Element(); needsScan(e, false) {
+				return true
+			}
+		}
+	}
+	return false
 }
