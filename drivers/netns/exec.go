@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"zyvor.dev/sysbox/internal/argv"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -26,7 +27,7 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 	}
 	var res argv.Result
 	var runErr error
-	if err := ns.Do(func() error {
+	if err := d.enter(filepath.Base(ns.Path), func() error {
 		res, runErr = argv.Exec{}.Run(ctx, cmd)
 		return nil
 	}); err != nil {

@@ -464,3 +464,34 @@ func TestKernelImportClaimsOnlyUnmarkedOrSameResource(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+func TestKernelHostnameInOwnUTSNamespace(t *testing.T) {
+	l := newLab(t)
+	ctx := context.Background()
+	o := l.owner("sysbox_node", "sysbox_node.named")
+	spec := substrate.NodeSpec{Owner: o, Hostname: "web-1", Command: []string{"sleep", "1000"}}
+	h, err := l.d.CreateNode(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &testNode{h: h, owner: o, spec: spec}
+	if err := l.d.StartNode(ctx, h, spec); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(l.exec(n, l.busybox, "hostname").Stdout)); got != "web-1" {
+		t.Errorf("hostname inside: got %q, want web-1", got)
+	}
+	pid := observePid(t, l, n)
+	mainUTS, _ := os.Readlink("/proc/" + pid + "/ns/uts")
+	hostUTS, _ := os.Readlink("/proc/self/ns/uts")
+	if mainUTS == hostUTS {
+		t.Errorf("main process UTS namespace: got the host's %s, want its own", mainUTS)
+	}
+	if self, _ := os.Hostname(); self == "web-1" {
+		t.Errorf("the host's hostname changed to web-1")
+	}
+	l.destroy([]*testNode{n})
+	if _, err := os.Stat(l.d.utsPath(h.ExternalID)); !os.IsNotExist(err) {
+		t.Errorf("uts bind mount after delete: %v, want gone", err)
+	}
+}

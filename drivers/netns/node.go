@@ -68,6 +68,11 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
 	}
+	if spec.Hostname != "" && !isNsfs(d.utsPath(name)) {
+		if err := createUTS(d.utsPath(name), spec.Hostname); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+		}
+	}
 	ino, err := nsInode(path)
 	if err != nil {
 		return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
@@ -166,7 +171,7 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 	defer logf.Close()
 	cmd := &exec.Cmd{Path: bin, Args: spec.Command, Env: childEnv(spec.Environment), Dir: "/", Stdout: logf, Stderr: logf,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
-	if err := ns.Do(cmd.Start); err != nil {
+	if err := d.enter(name, cmd.Start); err != nil {
 		return fmt.Errorf("%s: start %q: %w", where, spec.Command[0], err)
 	}
 	go func() { _ = cmd.Wait() }() // reap it while this process lives; init adopts it after
@@ -349,6 +354,7 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 }
 
 func (d *Driver) removeFiles(name string) {
+	removeUTS(d.utsPath(name))
 	_ = os.Remove(d.sidecarPath(name))
 	_ = os.Remove(d.logPath(name))
 }

@@ -33,8 +33,9 @@ resource "sysbox_network" "dmz" {
 }
 
 resource "sysbox_node" "client" {
-  driver  = "netns"
-  command = ["sleep", "infinity"]
+  driver   = "netns"
+  hostname = "client"
+  command  = ["sleep", "infinity"]
 
   attachment "lan" {
     network = sysbox_network.lan
@@ -44,8 +45,9 @@ resource "sysbox_node" "client" {
 }
 
 resource "sysbox_node" "router" {
-  driver  = "netns"
-  command = ["sleep", "infinity"]
+  driver   = "netns"
+  hostname = "router"
+  command  = ["sleep", "infinity"]
 
   attachment "lan" {
     network = sysbox_network.lan
@@ -58,7 +60,8 @@ resource "sysbox_node" "router" {
 }
 
 resource "sysbox_node" "server" {
-  driver = "netns"
+  driver   = "netns"
+  hostname = "server"
   # The main process: a web server on 8080 (in the foreground, so sysbox supervises it).
   command = [var.busybox, "httpd", "-f", "-p", "8080", "-h", "/usr/share/doc/busybox-static"]
 

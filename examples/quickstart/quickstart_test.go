@@ -182,6 +182,9 @@ func (l *lab) checkLab() {
 	if l.fetch("http://203.0.113.10:9090/copyright", false) {
 		l.t.Errorf("client → server:9090: reachable, want blocked by the firewall")
 	}
+	if out := l.must("exec", "sysbox_node.server", "--", l.busybox, "hostname"); strings.TrimSpace(out) != "server" {
+		l.t.Errorf("hostname inside the server: got %q, want server", strings.TrimSpace(out))
+	}
 	out := l.must("refresh")
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if strings.HasPrefix(line, "sysbox_") && !strings.HasSuffix(line, ": present") {
