@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/function"
 	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/graph"
 	"zyvor.dev/sysbox/internal/secrets"
 )
 
@@ -174,6 +176,7 @@ func Evaluate(root *Module, src *Sources, opts Options) (*Topology, hcl.Diagnost
 		}
 	}
 	e.link()
+	e.checkCycles()
 	t.Resources = e.instances
 	sort.Slice(t.Resources, func(i, j int) bool { return t.Resources[i].Addr.Less(t.Resources[j].Addr) })
 	for _, n := range root.outputOrder {
@@ -595,4 +598,24 @@ func precomputeRefs(root *Module) {
 		}()
 	}
 	wg.Wait()
+}
+
+// checkCycles reports a dependency cycle among instances (references cannot form one without
+// a reference cycle, already reported, but depends_on can), naming its addresses, at the
+// declaration of its first member.
+func (e *evaluator) checkCycles() {
+	g := graph.New()
+	byKey := make(map[string]*ResourceInstance, len(e.instances))
+	for _, ri := range e.instances {
+		byKey[ri.Addr.UniqueKey()] = ri
+		g.Add(ri.Addr)
+		for _, d := range ri.DependsOn {
+			g.Connect(ri.Addr, d)
+		}
+	}
+	var ce *graph.CycleError
+	if err := g.Validate(); errors.As(err, &ce) && len(ce.Cycle) > 0 {
+		ri := byKey[ce.Cycle[0].UniqueKey()]
+		e.errf(ri.DeclRange.Ptr(), "Dependency cycle", "%s (through references and depends_on)", strings.TrimPrefix(ce.Error(), "dependency cycle: "))
+	}
 }
