@@ -19,17 +19,21 @@ import (
 
 // NodeConfig is the stored form of sysbox_node.
 type NodeConfig struct {
-	Driver      string                `json:"driver"`
-	Artifact    string                `json:"artifact,omitempty"` // canonical address
-	Kernel      string                `json:"kernel,omitempty"`   // canonical address
-	CPUs        int                   `json:"cpus,omitempty"`
-	MemoryMB    int                   `json:"memory_mb,omitempty"`
-	Command     []string              `json:"command,omitempty"`
-	Environment map[string]string     `json:"environment,omitempty"` // values may be secret references
-	Hostname    string                `json:"hostname,omitempty"`
-	Attachments map[string]Attachment `json:"attachment,omitempty"` // by logical name
-	Routes      []Route               `json:"route,omitempty"`
-	Provisioner []Provisioner         `json:"provisioner,omitempty"`
+	Driver   string `json:"driver"`
+	Artifact string `json:"artifact,omitempty"` // canonical address
+	Kernel   string `json:"kernel,omitempty"`   // canonical address
+	// ArtifactDigest and KernelDigest are the baseline's content digests at plan time (facts):
+	// a changed baseline replaces the node even when the artifact is a data source.
+	ArtifactDigest string                `json:"artifact_digest,omitempty"`
+	KernelDigest   string                `json:"kernel_digest,omitempty"`
+	CPUs           int                   `json:"cpus,omitempty"`
+	MemoryMB       int                   `json:"memory_mb,omitempty"`
+	Command        []string              `json:"command,omitempty"`
+	Environment    map[string]string     `json:"environment,omitempty"` // values may be secret references
+	Hostname       string                `json:"hostname,omitempty"`
+	Attachments    map[string]Attachment `json:"attachment,omitempty"` // by logical name
+	Routes         []Route               `json:"route,omitempty"`
+	Provisioner    []Provisioner         `json:"provisioner,omitempty"`
 }
 
 // Attachment is a node's connection to a network; identity = (node address, name) (S8).
@@ -258,11 +262,17 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(req.Addr, c, n) }, References: refs}, d.list
 }
 
-// Desired implements plans.Handler.
-func (*Node) Desired(ri *config.ResourceInstance, _ plans.Facts) (json.RawMessage, error) {
+// Desired implements plans.Handler: the configuration plus the baseline digests.
+func (*Node) Desired(ri *config.ResourceInstance, facts plans.Facts) (json.RawMessage, error) {
 	c, ok := ri.Config.(NodeConfig)
 	if !ok {
 		return nil, fmt.Errorf("%s: internal error: config is %T", ri.Addr, ri.Config)
+	}
+	if c.Artifact != "" {
+		c.ArtifactDigest = facts.Artifacts[c.Artifact].Digest
+	}
+	if c.Kernel != "" {
+		c.KernelDigest = facts.Artifacts[c.Kernel].Digest
 	}
 	return marshalStored(c)
 }
@@ -271,17 +281,19 @@ func (*Node) Desired(ri *config.ResourceInstance, _ plans.Facts) (json.RawMessag
 // forces replacement; provisioners run only when a node is created, so changing them has no
 // effect on an existing node (reset or replace to run them again).
 var nodeRules = map[string]attrRule{
-	"driver":      {effect: plans.ForcesReplacement, why: "a node cannot move between drivers"},
-	"artifact":    {effect: plans.ForcesReplacement, why: "the node's baseline changes"},
-	"kernel":      {effect: plans.ForcesReplacement, why: "the node's baseline changes"},
-	"cpus":        {effect: plans.ForcesReplacement, why: "resources are fixed at creation"},
-	"memory_mb":   {effect: plans.ForcesReplacement, why: "resources are fixed at creation"},
-	"command":     {effect: plans.ForcesReplacement, why: "the main process is fixed at creation"},
-	"environment": {effect: plans.ForcesReplacement, why: "the environment is fixed at creation"},
-	"hostname":    {effect: plans.ForcesReplacement, why: "the hostname is fixed at creation"},
-	"attachment":  {effect: plans.ForcesReplacement, why: "attachments are wired at creation", perKey: true},
-	"route":       {effect: plans.ForcesReplacement, why: "guest network is configured at creation"},
-	"provisioner": {effect: plans.NoEffect, why: "provisioners run only when the node is created"},
+	"driver":          {effect: plans.ForcesReplacement, why: "a node cannot move between drivers"},
+	"artifact":        {effect: plans.ForcesReplacement, why: "the node's baseline changes"},
+	"kernel":          {effect: plans.ForcesReplacement, why: "the node's baseline changes"},
+	"artifact_digest": {effect: plans.ForcesReplacement, why: "the baseline's content changed"},
+	"kernel_digest":   {effect: plans.ForcesReplacement, why: "the baseline's content changed"},
+	"cpus":            {effect: plans.ForcesReplacement, why: "resources are fixed at creation"},
+	"memory_mb":       {effect: plans.ForcesReplacement, why: "resources are fixed at creation"},
+	"command":         {effect: plans.ForcesReplacement, why: "the main process is fixed at creation"},
+	"environment":     {effect: plans.ForcesReplacement, why: "the environment is fixed at creation"},
+	"hostname":        {effect: plans.ForcesReplacement, why: "the hostname is fixed at creation"},
+	"attachment":      {effect: plans.ForcesReplacement, why: "attachments are wired at creation", perKey: true},
+	"route":           {effect: plans.ForcesReplacement, why: "guest network is configured at creation"},
+	"provisioner":     {effect: plans.NoEffect, why: "provisioners run only when the node is created"},
 }
 
 // Diff implements plans.Handler.

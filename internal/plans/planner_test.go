@@ -129,7 +129,7 @@ func TestPlanAgainstPrior(t *testing.T) {
 		{name: "artifact content change", facts: map[string]string{"sysbox_artifact.img": "sha256:" + strings.Repeat("b", 64)},
 			want: map[string]plans.Action{"sysbox_artifact.img": plans.Replace, "sysbox_node.web[0]": plans.Replace,
 				"sysbox_node.web[1]": plans.Replace, "sysbox_firewall.web": plans.Replace},
-			reason: map[string]string{"sysbox_artifact.img": "artifact content changed", "sysbox_node.web[0]": "artifact sysbox_artifact.img is replaced"}},
+			reason: map[string]string{"sysbox_artifact.img": "artifact content changed", "sysbox_node.web[0]": "artifact_digest changed (forces replacement: the baseline's content changed)"}},
 		{name: "observation unknown is unknown, never replace", prior: withStatus(prior, "sysbox_node.web[1]", substrate.Unknown),
 			want: map[string]plans.Action{"sysbox_node.web[1]": plans.Unknown}, reason: map[string]string{"sysbox_node.web[1]": "observation unknown"}},
 		{name: "observed absent is recreated", prior: withStatus(prior, "sysbox_node.watcher", substrate.Absent),
@@ -319,5 +319,44 @@ func TestFromStateSeesPublicAttributesAndStatus(t *testing.T) {
 	}
 	if a := find(p, "sysbox_network.lan"); a.Action != plans.Replace || !strings.Contains(a.Reason, "bridge mtu differs") {
 		t.Errorf("drifted network: got %s (%s), want replace with the observation's reason", a.Action, a.Reason)
+	}
+}
+
+func TestDataArtifactContentChangeReplacesNode(t *testing.T) {
+	src := `
+data "sysbox_artifact" "kernel" {
+  kind   = "kernel"
+  source = "./vmlinux"
+}
+resource "sysbox_artifact" "root" {
+  kind   = "rootfs"
+  source = "./rootfs.ext4"
+}
+resource "sysbox_node" "vm" {
+  driver   = "firecracker"
+  kernel   = data.sysbox_artifact.kernel
+  artifact = sysbox_artifact.root
+}`
+	pl := planner()
+	pl.Capabilities = fakeCaps{"docker": {driver.CapArtifact}, "firecracker": {driver.CapNodeLifecycle, driver.CapNodeState}}
+	tp := topo(t, map[string]string{"main.sysbox.hcl": src}, nil)
+	first, err := pl.Plan(plans.Request{Topology: tp, Prior: &plans.MemoryState{}, Facts: facts(tp, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := find(first, "data.sysbox_artifact.kernel"); a.Action != plans.Read {
+		t.Errorf("data source: got %s, want read", a.Action)
+	}
+	newKernel := map[string]string{"data.sysbox_artifact.kernel": "sha256:" + strings.Repeat("c", 64)}
+	p, err := pl.Plan(plans.Request{Topology: tp, Prior: applied(first, 1), Facts: facts(tp, newKernel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := find(p, "sysbox_node.vm")
+	if vm.Action != plans.Replace || !strings.Contains(vm.Reason, "kernel_digest changed") {
+		t.Errorf("node: got %s (%s), want replace because the kernel's content changed", vm.Action, vm.Reason)
+	}
+	if a := find(p, "sysbox_artifact.root"); a.Action != plans.NoOp {
+		t.Errorf("root artifact: got %s, want no-op", a.Action)
 	}
 }
