@@ -1,0 +1,2 @@
+# sysbox plan -var-file more-targets.sysbox.vars.hcl
+targets = 4
