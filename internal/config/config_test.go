@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -357,5 +358,46 @@ func TestUndeclaredInputs(t *testing.T) {
 	_, diags = eval(t, dir, config.Options{Inputs: map[string]config.InputValue{"other": v}})
 	if !diags.HasErrors() || !strings.Contains(diags.Error(), `-var other sets variable "other"`) {
 		t.Errorf("undeclared -var: got %v, want an error", diags)
+	}
+}
+
+func TestValidateOnlyWithoutVariableValues(t *testing.T) {
+	dir := write(t, map[string]string{
+		"main.sysbox.hcl": `
+variable "segments" { type = map(string) }
+variable "cidr" {
+  type = string
+  validation {
+    condition     = can(cidrhost(var.cidr, 0))
+    error_message = "cidr must be a prefix."
+  }
+}
+resource "sysbox_network" "n" { ipv4_cidr = var.cidr }
+resource "sysbox_node" "per" {
+  for_each = var.segments
+  attachment "lan" { network = sysbox_network.n }
+}
+resource "sysbox_node" "fixed" { hostname = "ok" }
+module "m" {
+  source = "./m"
+  cidr   = var.cidr
+}
+output "o" { value = var.cidr }`,
+		"m/m.sysbox.hcl": `
+variable "cidr" { type = string }
+resource "sysbox_network" "x" { ipv4_cidr = var.cidr }`,
+	})
+	top, diags := eval(t, dir, config.Options{ValidateOnly: true})
+	if diags.HasErrors() {
+		t.Fatalf("validate without values: %v", diags)
+	}
+	if len(diags) != 2 {
+		t.Errorf("got %d diagnostics, want one warning per unset variable: %v", len(diags), diags)
+	}
+	if got := addrsOf(top); !slices.Contains(got, "sysbox_node.fixed") {
+		t.Errorf("resources independent of the variables are still checked: got %v", got)
+	}
+	if _, diags := eval(t, dir, config.Options{}); !diags.HasErrors() {
+		t.Error("plan mode without values: got no error")
 	}
 }

@@ -18,6 +18,9 @@ import (
 	"zyvor.dev/sysbox/internal/secrets"
 )
 
+// unsetMark marks the unknown value of a variable that validate evaluates without a value.
+const unsetMark = sensitiveMark("unset-variable")
+
 // SecretRef is the cty mark on values produced by env(): a reference, safe to store.
 const SecretRef = sensitiveMark("secret-ref")
 
@@ -151,6 +154,9 @@ type Options struct {
 	Schemas   Schemas
 	Inputs    map[string]InputValue       // root variable values (-var, -var-file, SYSBOX_VAR_*)
 	LookupEnv func(string) (string, bool) // for env_optional; nil means nothing is set
+	// ValidateOnly evaluates without requiring root variable values (sysbox validate): an unset
+	// required variable is unknown, and what depends on it is skipped, not reported.
+	ValidateOnly bool
 }
 
 // Evaluate expands and evaluates a loaded module tree.
@@ -428,6 +434,11 @@ func (e *evaluator) variable(mi *modInst, name string) *valSlot {
 			}
 		case v.Default != cty.NilVal:
 			val = v.Default
+		case e.opts.ValidateOnly:
+			e.diags = append(e.diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Variable without a value",
+				Detail: fmt.Sprintf("variable %q has no value: what depends on it is not checked (set it with -var %s=VALUE to check everything)", name, name), Subject: v.DeclRange.Ptr()})
+			s.val = cty.UnknownVal(v.Type).Mark(unsetMark)
+			return s
 		default:
 			e.errf(v.DeclRange.Ptr(), "No value for required variable",
 				"variable %q has no default; set it with -var %s=VALUE, a -var-file, or SYSBOX_VAR_%s", name, name, name)

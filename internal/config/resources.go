@@ -31,6 +31,9 @@ func (e *evaluator) expand(mi *modInst, count, forEach hcl.Expression, what stri
 			return expansion{}, deps, true
 		}
 		v, marks := v.Unmark()
+		if _, unset := marks[unsetMark]; unset {
+			return expansion{}, deps, true // validate without a value: skipped, not reported
+		}
 		switch {
 		case len(marks) > 0:
 			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must not come from a sensitive value", what)
@@ -63,6 +66,9 @@ func (e *evaluator) expand(mi *modInst, count, forEach hcl.Expression, what stri
 			return expansion{}, deps, true
 		}
 		v, marks := v.UnmarkDeep()
+		if _, unset := marks[unsetMark]; unset {
+			return expansion{}, deps, true // validate without a value: skipped, not reported
+		}
 		ty := v.Type()
 		switch {
 		case len(marks) > 0:
@@ -206,6 +212,12 @@ func (j *decodeJob) run() {
 		val, pvm = val.UnmarkDeepWithPaths()
 	}
 	var secretPaths []cty.Path
+	for _, pm := range pvm {
+		if _, ok := pm.Marks[unsetMark]; ok {
+			j.failed = true // depends on a variable validate has no value for: not checked
+			return
+		}
+	}
 	for _, pm := range pvm {
 		if _, ok := pm.Marks[SecretRef]; ok {
 			secretPaths = append(secretPaths, pm.Path)

@@ -105,6 +105,12 @@ func TestValidate(t *testing.T) {
 			return writeTopo(t, "resource \"sysbox_network\" \"a\" {\n  ipv4_cidr = \"2001:db8::/64\"\n}\nresource \"sysbox_node\" \"b\" {\n  cpus = var.missing\n}\n")
 		}, 1, "", []string{"main.sysbox.hcl:2:15", "is IPv6", "main.sysbox.hcl:5:10", "undeclared input variable", "2 error(s)"}},
 		{"syntax error", func(t *testing.T) string { return writeTopo(t, "resource \"sysbox_node\" {\n") }, 1, "", []string{"main.sysbox.hcl:1"}},
+		{"required variable without a value", func(t *testing.T) string {
+			return writeTopo(t, "variable \"n\" { type = number }\nresource \"sysbox_node\" \"a\" {\n  count = var.n\n}\nresource \"sysbox_node\" \"b\" {\n  cpus = \"x\"\n}\n")
+		}, 1, "", []string{"Warning: Variable without a value", `variable "n" has no value`, "main.sysbox.hcl:6:10", "1 error(s), 1 warning(s)"}},
+		{"only a variable without a value", func(t *testing.T) string {
+			return writeTopo(t, "variable \"n\" { type = number }\nresource \"sysbox_node\" \"a\" {\n  count = var.n\n}\n")
+		}, 0, "The topology is valid", []string{"0 error(s), 1 warning(s)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,6 +25,8 @@ import (
 type varFlags struct {
 	vars  []string
 	files []string
+	// validateOnly: required variables may be unset (sysbox validate)
+	validateOnly bool
 }
 
 func addVarFlags(cmd *cobra.Command, vf *varFlags) {
@@ -75,7 +77,7 @@ func (a *App) loadTopology(vf *varFlags) (*loaded, error) {
 	}
 	// Evaluate even after load errors (duplicates are dropped) so that validate reports
 	// every problem at once.
-	top, d := config.Evaluate(mod, src, config.Options{Schemas: reg, Inputs: inputs, LookupEnv: a.Env.LookupEnv})
+	top, d := config.Evaluate(mod, src, config.Options{Schemas: reg, Inputs: inputs, LookupEnv: a.Env.LookupEnv, ValidateOnly: vf.validateOnly})
 	l.diags = append(l.diags, d...)
 	l.top = top
 	return l, nil

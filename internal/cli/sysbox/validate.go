@@ -15,10 +15,12 @@ func newValidateCommand(app *App) *cobra.Command {
 		Use:   "validate",
 		Short: "Check the topology: syntax, references, types, and every resource's own rules",
 		Long: `validate reads every *.sysbox.hcl file of the topology and its modules, evaluates it with the
-given variables (required variables must be set, as for plan), and reports every problem at once
-with file:line:column. It reads no state and touches nothing.`,
+given variables, and reports every problem at once with file:line:column. A required variable
+without a value is a warning: what depends on it is not checked. It reads no state and touches
+nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			vf.validateOnly = true
 			l, err := app.loadTopology(&vf)
 			if err != nil {
 				return err
