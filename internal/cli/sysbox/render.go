@@ -39,7 +39,7 @@ func renderPlan(w io.Writer, p *plans.Plan, color bool) {
 		return c + s + ansiReset
 	}
 	if len(p.Actions) == 0 {
-		fmt.Fprintln(w, "No resources: the topology is empty and so is the state.")
+		fmt.Fprintln(w, "No changes: nothing to create, update or delete.")
 		return
 	}
 	if !p.HasChanges() {
