@@ -330,7 +330,6 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 		rs.insts = append(rs.insts, ri)
 		e.instances = append(e.instances, ri)
 		ri.slot = rs
-		_ = deps
 		if failed {
 			continue
 		}
@@ -546,29 +545,6 @@ func pathString(p cty.Path) string {
 	return b.String()
 }
 
-// firstUnknown finds a value known only after apply, not descending into references to other
-// resources (objects with a string "address"), which handlers consume by address only.
-func firstUnknown(v cty.Value) (cty.Path, bool) {
-	if v.IsWhollyKnown() {
-		return nil, false
-	}
-	var found cty.Path
-	_ = cty.Walk(v, func(p cty.Path, v cty.Value) (bool, error) {
-		if found != nil {
-			return false, nil
-		}
-		if !v.IsKnown() {
-			found = append(cty.Path(nil), p...)
-			return false, nil
-		}
-		if isReference(v) && len(p) > 0 {
-			return false, nil
-		}
-		return true, nil
-	})
-	return found, found != nil
-}
-
 // isReference reports whether v is a resource object as seen by expressions.
 func isReference(v cty.Value) bool {
 	ty := v.Type()
@@ -658,7 +634,7 @@ func (e *evaluator) referencedIn(m *Module) map[string]bool {
 }
 
 // scanValue walks v once: whether anything is marked, and the first value known only after
-// apply outside references to other resources (see firstUnknown).
+// apply outside references to other resources (references are consumed by address only).
 func scanValue(v cty.Value) (marked bool, unknownAt cty.Path, hasUnknown bool) {
 	if !needsScan(v, true) {
 		return false, nil, false // the common case: no path allocations

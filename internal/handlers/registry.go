@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/hashicorp/hcl/v2/hcldec"
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/plans"
@@ -101,5 +100,3 @@ var (
 	_ Handler = (*Firewall)(nil)
 	_ Handler = (*Router)(nil)
 )
-
-var _ = hcldec.ImpliedType
