@@ -24,9 +24,10 @@ import (
 
 func main() {
 	n := flag.Int("n", 100, "nodes")
-	par := flag.Int("parallel", 8, "operations at once")
+	par := flag.Int("parallel", 10, "operations at once")
+	stateDir := flag.String("state-dir", "", "driver state directory (default /run/sysbox/netns)")
 	flag.Parse()
-	if err := run(*n, *par); err != nil {
+	if err := run(*n, *par, *stateDir); err != nil {
 		fmt.Fprintln(os.Stderr, "netns-bench:", err)
 		os.Exit(1)
 	}
@@ -38,9 +39,12 @@ type node struct {
 	att   substrate.AttachmentState
 }
 
-func run(n, par int) (err error) {
+func run(n, par int, stateDir string) (err error) {
 	ctx := context.Background()
 	d := netns.New()
+	if stateDir != "" {
+		d.StateDir = stateDir
+	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	topo := "bench-" + hex.EncodeToString(b)

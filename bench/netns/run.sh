@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export PATH=/usr/local/go/bin:$PATH:/usr/sbin:/sbin
 n=${N:-100}
-par=${PARALLEL:-8}
+par=${PARALLEL:-10} # sysbox apply's default parallelism
 rounds=${ROUNDS:-3}
 command -v bc >/dev/null || { apt-get update -qq && apt-get install -y -qq bc >/dev/null; }
 bin=$(mktemp -d)/netns-bench

@@ -104,7 +104,7 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 		mtu = br.Attrs().MTU
 	}
 	v := &netlink.Veth{
-		LinkAttrs:        netlink.LinkAttrs{Name: spec.HostName, MTU: mtu, Alias: marker, TxQLen: -1},
+		LinkAttrs:        netlink.LinkAttrs{Name: spec.HostName, MTU: mtu, TxQLen: -1, Flags: net.FlagUp},
 		PeerName:         spec.NodeName,
 		PeerHardwareAddr: spec.MAC,
 		PeerNamespace:    netlink.NsFd(int(ns)),
@@ -133,9 +133,6 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	if err := netlink.LinkSetMasterByIndex(v, br.Attrs().Index); err != nil {
 		return Veth{}, fmt.Errorf("%s: enslave to %s: %w", where, spec.Bridge, err)
 	}
-	if err := netlink.LinkSetUp(v); err != nil {
-		return Veth{}, fmt.Errorf("%s: up: %w", where, err)
-	}
 	peer, err := nh.LinkByName(spec.NodeName)
 	if err != nil {
 		return Veth{}, fmt.Errorf("%s: node side %s: %w", where, spec.NodeName, err)
@@ -150,9 +147,6 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	}
 	if err := nh.LinkSetUp(peer); err != nil {
 		return Veth{}, fmt.Errorf("%s: node side %s: up: %w", where, spec.NodeName, err)
-	}
-	if lo, err := nh.LinkByName("lo"); err == nil {
-		_ = nh.LinkSetUp(lo)
 	}
 	ok = true
 	return Veth{

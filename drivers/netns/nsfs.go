@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -148,10 +149,7 @@ func setNsMarker(ns linuxnet.Netns, owner substrate.Owner) error {
 		return err
 	}
 	defer nh.Close()
-	lo, err := nh.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("netns %s: lo: %w", ns, err)
-	}
+	lo := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1, Name: "lo"}} // loopback is ifindex 1 in every namespace
 	if err := nh.LinkSetAlias(lo, owner.Marker()); err != nil {
 		return fmt.Errorf("netns %s: lo alias: %w", ns, err)
 	}
