@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -26,9 +27,17 @@ func main() {
 	n := flag.Int("n", 100, "nodes")
 	par := flag.Int("parallel", 10, "operations at once")
 	stateDir := flag.String("state-dir", "", "driver state directory (default /run/sysbox/netns)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to `FILE`")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
 	if err := run(*n, *par, *stateDir); err != nil {
 		fmt.Fprintln(os.Stderr, "netns-bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

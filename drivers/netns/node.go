@@ -77,8 +77,10 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	if err != nil {
 		return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 	}
+	// The sidecar written before creation already holds the marker; its inode is recorded by
+	// StartNode (one durable write fewer per node). Rewrite only a missing or foreign one.
 	old, err := d.readSidecar(name)
-	if err != nil || old.NsInode != ino {
+	if err != nil || old.Marker != spec.Owner.Marker() || (old.NsInode != 0 && old.NsInode != ino) {
 		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, NsInode: ino, HasCommand: len(spec.Command) > 0}); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
@@ -95,10 +97,18 @@ func (d *Driver) initNs(name string, owner substrate.Owner) error {
 	return linuxnet.SetSysctl(d.ns(name), "net.ipv4.ip_forward", "0")
 }
 
-// pendingFor reports whether the sidecar records an unfinished creation of name by exactly owner.
+// pendingFor reports whether the sidecar records the creation of name by exactly owner, for the
+// namespace now mounted there (or before any namespace was recorded).
 func (d *Driver) pendingFor(name string, owner substrate.Owner) bool {
 	sc, err := d.readSidecar(name)
-	return err == nil && sc.NsInode == 0 && sc.Marker == owner.Marker()
+	if err != nil || sc.Marker != owner.Marker() {
+		return false
+	}
+	if sc.NsInode == 0 {
+		return true
+	}
+	ino, err := nsInode(d.nsPath(name))
+	return err == nil && isNetnsMount(d.nsPath(name)) && ino == sc.NsInode
 }
 
 // unmarked reports whether the namespace's loopback carries no alias at all.
@@ -147,6 +157,11 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 	if len(spec.Command) == 0 {
 		return nil
 	}
+	ino, err := nsInode(ns.Path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	sc.NsInode = ino
 	if processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
 		return nil
 	}
