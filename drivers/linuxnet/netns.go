@@ -7,6 +7,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Netns names a network namespace by a path the kernel resolves: a bind mount such as
@@ -39,7 +40,7 @@ func (n Netns) Netlink() (*netlink.Handle, error) {
 		return nil, err
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) // one socket, not one per family
 	if err != nil {
 		return nil, fmt.Errorf("netns %s: netlink: %w", n.Path, err)
 	}

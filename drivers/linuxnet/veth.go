@@ -86,7 +86,7 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 		return Veth{}, fmt.Errorf("%s: %w", where, err)
 	}
 	defer ns.Close()
-	nh, err := netlink.NewHandleAt(ns)
+	nh, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return Veth{}, fmt.Errorf("%s: netns %s: netlink: %w", where, spec.Netns, err)
 	}
