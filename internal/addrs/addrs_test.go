@@ -317,3 +317,51 @@ func FuzzParseInstance(f *testing.F) {
 		}
 	})
 }
+
+// TestInstanceStringCache holds the cached canonical string to the fields: constructed values
+// and their copies render from the cache, and a value whose fields were reassigned renders its
+// new fields, never the string it was built with.
+func TestInstanceStringCache(t *testing.T) {
+	base := NewInstance(Module{{Name: "m", Key: IntKey(1)}}, Resource{Managed, "sysbox_node", "web"}, IntKey(0))
+	parsed, err := ParseInstance(`module.m[1].sysbox_node.web[0]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		a    func() Instance
+		want string
+	}{
+		{"constructed", func() Instance { return base }, `module.m[1].sysbox_node.web[0]`},
+		{"parsed", func() Instance { return parsed }, `module.m[1].sysbox_node.web[0]`},
+		{"literal", func() Instance {
+			return Instance{Module: Module{{Name: "m", Key: IntKey(1)}}, Resource: Resource{Managed, "sysbox_node", "web"}, Key: IntKey(0)}
+		}, `module.m[1].sysbox_node.web[0]`},
+		{"key reassigned", func() Instance { a := base; a.Key = StringKey("x"); return a }, `module.m[1].sysbox_node.web["x"]`},
+		{"resource reassigned", func() Instance { a := parsed; a.Resource.Mode = Data; return a }, `module.m[1].data.sysbox_node.web[0]`},
+		{"module reassigned", func() Instance { a := base; a.Module = Module{{Name: "m", Key: IntKey(2)}}; return a }, `module.m[2].sysbox_node.web[0]`},
+		{"module emptied", func() Instance { a := base; a.Module = nil; return a }, `sysbox_node.web[0]`},
+		{"with key", func() Instance { return base.WithKey(StringKey("y")) }, `module.m[1].sysbox_node.web["y"]`},
+		{"non-canonical parse", func() Instance {
+			a, err := ParseInstance(`sysbox_node.web["\u0041"]`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}, `sysbox_node.web["A"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := tt.a()
+			if got := a.String(); got != tt.want {
+				t.Errorf("String() = %q, want %q", got, tt.want)
+			}
+			if got := a.UniqueKey(); got != tt.want {
+				t.Errorf("UniqueKey() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if got := base.String(); got != `module.m[1].sysbox_node.web[0]` {
+		t.Errorf("base after copies were changed: String() = %q", got)
+	}
+}

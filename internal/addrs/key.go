@@ -56,6 +56,21 @@ func (k InstanceKey) String() string {
 	return ""
 }
 
+// appendTo appends String's rendering to b.
+func (k InstanceKey) appendTo(b []byte) []byte {
+	switch k.kind {
+	case intKey:
+		b = append(b, '[')
+		b = strconv.AppendInt(b, int64(k.i), 10)
+		return append(b, ']')
+	case stringKey:
+		b = append(b, '[')
+		b = append(b, quoteJSON(k.s)...)
+		return append(b, ']')
+	}
+	return b
+}
+
 // Value renders the key without brackets for use as each.key / count.index in messages:
 // `0`, `"blue"`, or "" for NoKey.
 func (k InstanceKey) Value() string {

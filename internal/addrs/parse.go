@@ -204,7 +204,18 @@ func ParseInstance(s string) (Instance, error) {
 	if !p.hasResource {
 		return Instance{}, &ParseError{Input: s, Offset: len(s), Expected: "a resource after the module path", Found: "end of address"}
 	}
-	return Instance{Module: p.module, Resource: p.resource, Key: p.key}, nil
+	return parsedInstance(s, p), nil
+}
+
+// parsedInstance returns the Instance of p, parsed from s; s itself becomes its canonical
+// string when it is canonical (no second copy).
+func parsedInstance(s string, p parsed) Instance {
+	var buf [128]byte
+	b := appendInstance(buf[:0], p.module, p.resource, p.key)
+	if string(b) != s {
+		s = string(b)
+	}
+	return Instance{Module: p.module, Resource: p.resource, Key: p.key, c: &instanceCache{s: s, mod: p.module, res: p.resource, key: p.key}}
 }
 
 // ParseAbsResource parses `module.x.TYPE.NAME` (no instance key).

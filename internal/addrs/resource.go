@@ -67,7 +67,7 @@ func NewAbsResource(module Module, r Resource) AbsResource {
 
 // Instance returns the address of instance key of r.
 func (r AbsResource) Instance(key InstanceKey) Instance {
-	return Instance{Module: NewModule(r.Module...), Resource: r.Resource, Key: key}
+	return newInstance(NewModule(r.Module...), r.Resource, key)
 }
 
 // String renders `module.a.TYPE.NAME`.
@@ -109,20 +109,71 @@ func (r *AbsResource) UnmarshalText(b []byte) error {
 
 // Instance is THE canonical address of one resource instance:
 // `module.segment["red"].sysbox_node.target[1]`, `data.sysbox_artifact.kernel`.
+//
+// Instances made by this package (NewInstance, AbsResource.Instance, WithKey, ParseInstance,
+// UnmarshalText, Move) carry their canonical string, computed once: String and UniqueKey of
+// such a value (and of its copies) do not build it again. The cache is checked against the
+// fields, so a value whose fields were reassigned, or one written as a literal, still renders
+// correctly (by building the string each time); steps of Module must not be modified in place.
 type Instance struct {
 	Module   Module
 	Resource Resource
 	Key      InstanceKey
+
+	c *instanceCache // canonical string of (Module, Resource, Key) at construction; may be nil
+}
+
+// instanceCache is an Instance's canonical string with the fields it was built from. mod shares
+// the Instance's module backing array, so that a copy of the Instance is recognised by identity.
+type instanceCache struct {
+	s   string
+	mod Module
+	res Resource
+	key InstanceKey
+}
+
+// newInstance returns an Instance of module (which the caller hands over: it is not copied)
+// with its canonical string computed.
+func newInstance(module Module, r Resource, key InstanceKey) Instance {
+	var buf [128]byte
+	s := string(appendInstance(buf[:0], module, r, key))
+	return Instance{Module: module, Resource: r, Key: key, c: &instanceCache{s: s, mod: module, res: r, key: key}}
 }
 
 // NewInstance returns an Instance holding a copy of module.
 func NewInstance(module Module, r Resource, key InstanceKey) Instance {
-	return Instance{Module: NewModule(module...), Resource: r, Key: key}
+	return newInstance(NewModule(module...), r, key)
 }
 
 // String renders the canonical form.
 func (a Instance) String() string {
-	return a.ContainingResource().String() + a.Key.String()
+	if c := a.c; c != nil && c.res == a.Resource && c.key == a.Key && sameModule(c.mod, a.Module) {
+		return c.s
+	}
+	var buf [128]byte
+	return string(appendInstance(buf[:0], a.Module, a.Resource, a.Key))
+}
+
+// sameModule reports whether m and o are the same slice (same length and backing array).
+func sameModule(m, o Module) bool {
+	return len(m) == len(o) && (len(m) == 0 || &m[0] == &o[0])
+}
+
+// appendInstance appends the canonical form of an instance address to b.
+func appendInstance(b []byte, m Module, r Resource, k InstanceKey) []byte {
+	for _, st := range m {
+		b = append(b, "module."...)
+		b = append(b, st.Name...)
+		b = st.Key.appendTo(b)
+		b = append(b, '.')
+	}
+	if r.Mode == Data {
+		b = append(b, "data."...)
+	}
+	b = append(b, r.Type...)
+	b = append(b, '.')
+	b = append(b, r.Name...)
+	return k.appendTo(b)
 }
 
 // Equal reports whether a and o are the same instance.
@@ -155,7 +206,7 @@ func (a Instance) ContainingResource() AbsResource {
 
 // WithKey returns a copy of a with another instance key.
 func (a Instance) WithKey(k InstanceKey) Instance {
-	return Instance{Module: NewModule(a.Module...), Resource: a.Resource, Key: k}
+	return newInstance(NewModule(a.Module...), a.Resource, k)
 }
 
 // MarshalText renders the canonical form, so an Instance serialises as its string in JSON.

@@ -72,17 +72,17 @@ func Move(a Instance, from, to Target) (Instance, bool) {
 	case TargetModule:
 		m := NewModule(to.Module...)
 		m = append(m, a.Module[len(from.Module):]...)
-		return Instance{Module: m, Resource: a.Resource, Key: a.Key}, true
+		return newInstance(m, a.Resource, a.Key), true
 	case TargetResource:
 		if from.Resource.Type != to.Resource.Type || from.Resource.Mode != to.Resource.Mode {
 			return Instance{}, false
 		}
-		return Instance{Module: NewModule(to.Module...), Resource: to.Resource, Key: a.Key}, true
+		return newInstance(NewModule(to.Module...), to.Resource, a.Key), true
 	}
 	if from.Resource.Type != to.Resource.Type || from.Resource.Mode != to.Resource.Mode {
 		return Instance{}, false
 	}
-	return Instance{Module: NewModule(to.Module...), Resource: to.Resource, Key: to.Key}, true
+	return newInstance(NewModule(to.Module...), to.Resource, to.Key), true
 }
 
 // CheckMove explains why `state mv FROM TO` is not allowed, or returns nil.
