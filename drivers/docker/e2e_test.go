@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -213,14 +212,10 @@ func TestDaemonRestartMidApplyRecovered(t *testing.T) {
 	d := daemonDriver(t)
 	testenv.Require(t, os.Getenv("SYSBOX_TEST_DOCKER") == "1", "restarts dockerd: runs only with SYSBOX_TEST_DOCKER=1 (scripts/test-all sets it)")
 	testenv.RequireBinary(t, "busybox")
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
 	dir := t.TempDir()
 	l := &e2eLab{t: t, d: d, bin: filepath.Join(dir, "sysbox"), dir: filepath.Join(dir, "lab"), web: "web_" + randHex(4), secret: "e2e-" + randHex(8)}
-	if out, err := exec.Command(goBin, "build", "-o", l.bin, "zyvor.dev/sysbox/cmd/sysbox").CombinedOutput(); err != nil {
-		t.Fatalf("build sysbox: %v\n%s", err, out)
+	if err := testenv.GoBuild("zyvor.dev/sysbox/cmd/sysbox", l.bin); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -48,16 +47,13 @@ func sysboxBinary(t *testing.T) string {
 	if builtBin != "" {
 		return builtBin
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	var err error
 	if binDir, err = os.MkdirTemp("", "sysbox-quickstart-"); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(binDir, "sysbox")
-	cmd := exec.Command(gobin, "build", "-o", out, "./cmd/sysbox")
-	cmd.Dir = "../.."
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build sysbox: %v\n%s", err, b)
+	if err := testenv.GoBuild("zyvor.dev/sysbox/cmd/sysbox", out); err != nil {
+		t.Fatal(err)
 	}
 	builtBin = out
 	return out

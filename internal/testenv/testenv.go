@@ -4,8 +4,13 @@
 package testenv
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -44,4 +49,46 @@ func RequireEnv(t testing.TB, name string) string {
 	v := os.Getenv(name)
 	Require(t, v != "", name+" is not set")
 	return v
+}
+
+// GoTool returns the go command that builds the project's binaries for tests: the one on PATH,
+// else the usual install location.
+func GoTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	const fallback = "/usr/local/go/bin/go"
+	if _, err := os.Stat(fallback); err == nil {
+		return fallback, nil
+	}
+	return "", errors.New("the go command is not on PATH (nor at " + fallback + "); tests that build the real binaries need it")
+}
+
+// GoBuild builds the package pkg (an import path or a directory relative to the current one)
+// into the file out, with the given build tags.
+func GoBuild(pkg, out string, tags ...string) error {
+	gobin, err := GoTool()
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	b, err := exec.Command(gobin, append(args, pkg)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// BuildBinary builds pkg into a temporary directory that lives as long as the test and returns
+// the binary's path; a build failure fails the test.
+func BuildBinary(t testing.TB, pkg string, tags ...string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), path.Base(pkg))
+	if err := GoBuild(pkg, out, tags...); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
