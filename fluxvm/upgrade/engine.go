@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -672,13 +671,4 @@ func (t *tx) finalize(ctx context.Context) error {
 	return nil
 }
 
-// componentNames lists names in plan order.
-func componentNames(cs []Component) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.Name
-	}
-	return out
-}
 
-var _ = slices.Contains[[]string]
