@@ -670,5 +670,3 @@ func (t *tx) finalize(ctx context.Context) error {
 	}
 	return nil
 }
-
-
