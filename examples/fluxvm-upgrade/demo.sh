@@ -18,7 +18,9 @@ top=$(cd "$here/../.." && pwd)
 WORK=${1:-/tmp/fluxvm-upgrade-demo}
 export PATH=/usr/local/go/bin:$PATH:/usr/sbin:/sbin
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings only on a terminal; piped or logged output stays plain.
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+say() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "run as root (BPF maps)"

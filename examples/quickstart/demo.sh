@@ -20,7 +20,9 @@ if [ -z "$sysbox" ]; then
   (cd "$top" && go build -o "$sysbox" ./cmd/sysbox)
 fi
 sb() { "$sysbox" --chdir "$here" "$@"; }
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings only on a terminal; piped or logged output stays plain.
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 fetch() { # node url [tries] → prints the first line or BLOCKED; each try bounded by timeout(1)
   local tries=${3:-1}
   for _ in $(seq 1 "$tries"); do
