@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -325,7 +325,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	deps = uniqueSlots(deps)
 	rs.failed = failed
 	for i, k := range x.keys {
-		addr := addrs.Instance{Module: mi.path, Resource: cfg.Addr, Key: k}
+		addr := addrs.NewInstance(mi.path, cfg.Addr, k)
 		ri := &ResourceInstance{Addr: addr, PreventDestroy: cfg.PreventDestroy, DeclRange: cfg.DeclRange, BaseDir: mi.mod.Dir, slot: rs, explict: explicit}
 		rs.insts = append(rs.insts, ri)
 		e.instances = append(e.instances, ri)
@@ -487,37 +487,79 @@ func traversalString(tr hcl.Traversal) string {
 }
 
 // link turns slot dependencies and typed references into instance dependencies.
+//
+// The instances of a resource share their slot's dependencies, so the sorted list of the
+// dependency slots' instances is built once per slot and shared (capacity-limited, so that an
+// append copies) by every instance whose typed references add nothing to it. Slots hold
+// disjoint instances, so that list has no duplicates.
 func (e *evaluator) link() {
 	byKey := make(map[string]*ResourceInstance, len(e.instances))
 	for _, ri := range e.instances {
 		byKey[ri.Addr.UniqueKey()] = ri
 	}
+	shared := map[*resSlot][]addrs.Instance{}
 	for _, ri := range e.instances {
-		seen := map[string]struct{}{ri.Addr.UniqueKey(): {}}
-		var deps []addrs.Instance
-		add := func(a addrs.Instance) {
-			k := a.UniqueKey()
-			if _, ok := seen[k]; ok {
-				return
-			}
-			seen[k] = struct{}{}
-			deps = append(deps, a)
-		}
-		for _, s := range ri.slot.deps {
-			for _, d := range s.insts {
-				add(d.Addr)
+		deps, ok := shared[ri.slot]
+		if !ok {
+			deps = slotDeps(ri.slot, nil)
+			if !slices.Contains(ri.slot.deps, ri.slot) { // else each instance leaves itself out
+				shared[ri.slot] = deps
 			}
 		}
+		if slices.Contains(ri.slot.deps, ri.slot) {
+			deps = slotDeps(ri.slot, ri)
+		}
+		var extra []addrs.Instance
+		var added map[*ResourceInstance]struct{}
 		for _, r := range ri.typed {
-			if _, ok := byKey[r.Addr.UniqueKey()]; !ok {
+			t, ok := byKey[r.Addr.UniqueKey()]
+			if !ok {
 				e.errf(r.Range.Ptr(), "Reference to a missing resource instance", "%s: %s names %s, which the configuration does not declare", ri.Addr, r.Attr, r.Addr)
 				continue
 			}
-			add(r.Addr)
+			if t == ri || slices.Contains(ri.slot.deps, t.slot) {
+				continue
+			}
+			if added == nil {
+				added = map[*ResourceInstance]struct{}{}
+			}
+			if _, dup := added[t]; dup {
+				continue
+			}
+			added[t] = struct{}{}
+			extra = append(extra, r.Addr)
 		}
-		sort.Slice(deps, func(i, j int) bool { return deps[i].Less(deps[j]) })
+		if len(extra) > 0 {
+			deps = append(slices.Clone(deps), extra...)
+			slices.SortFunc(deps, addrs.Instance.Compare)
+			deps = deps[:len(deps):len(deps)]
+		}
 		ri.DependsOn = deps
 	}
+}
+
+// slotDeps returns the sorted instances of s's dependency slots, without skip; nil if none.
+func slotDeps(s *resSlot, skip *ResourceInstance) []addrs.Instance {
+	n := 0
+	for _, d := range s.deps {
+		n += len(d.insts)
+	}
+	if n == 0 {
+		return nil
+	}
+	deps := make([]addrs.Instance, 0, n)
+	for _, d := range s.deps {
+		for _, di := range d.insts {
+			if di != skip {
+				deps = append(deps, di.Addr)
+			}
+		}
+	}
+	if len(deps) == 0 {
+		return nil
+	}
+	slices.SortFunc(deps, addrs.Instance.Compare)
+	return deps[:len(deps):len(deps)]
 }
 
 func pathString(p cty.Path) string {

@@ -14,7 +14,16 @@ import (
 // non-ASCII text, an unknown field — and the caller then uses encoding/json for that line, so
 // the fast path never decides what is valid; it only skips reflection for canonical lines. A
 // test holds its results equal to encoding/json's.
-func fastResource(line []byte) (*Resource, bool) {
+func fastResource(line []byte) (*Resource, bool) { return fastResourceShared(line, nil) }
+
+// depLists remembers dependency lists already decoded, by their exact JSON text: resources
+// of one configuration resource usually have the same dependencies, and a list is then decoded
+// once and shared (capacity-limited, so an append copies; State.Move copies before it
+// rewrites). Not safe for concurrent use: one per decoding goroutine.
+type depLists map[string][]addrs.Instance
+
+// fastResourceShared is fastResource sharing dependency lists through seen (which may be nil).
+func fastResourceShared(line []byte, seen depLists) (*Resource, bool) {
 	p := &scan{b: line}
 	r := &Resource{}
 	var s string
@@ -33,7 +42,15 @@ func fastResource(line []byte) (*Resource, bool) {
 	if p.key(`,"attributes":`) && !p.raw((*[]byte)(&r.Attributes)) {
 		return nil, false
 	}
+	var span []byte
 	if p.key(`,"dependencies":`) {
+		if end, ok := p.stringArrayEnd(); ok && seen != nil && end-p.i > 2 {
+			span = p.b[p.i:end]
+			if deps, ok := seen[string(span)]; ok {
+				r.Dependencies, p.i = deps, end
+				goto attachments
+			}
+		}
 		ok := p.array(func() bool {
 			var a addrs.Instance
 			if !p.str(&s) || a.UnmarshalText([]byte(s)) != nil {
@@ -48,7 +65,12 @@ func fastResource(line []byte) (*Resource, bool) {
 		if r.Dependencies == nil {
 			r.Dependencies = []addrs.Instance{}
 		}
+		if span != nil {
+			r.Dependencies = r.Dependencies[:len(r.Dependencies):len(r.Dependencies)]
+			seen[string(span)] = r.Dependencies
+		}
 	}
+attachments:
 	if p.key(`,"attachments":`) {
 		ok := p.array(func() bool {
 			var a substrate.AttachmentState
@@ -260,6 +282,29 @@ func (p *scan) take(dst *[]byte, start, end int) bool {
 }
 
 // array reads `[` elem (`,` elem)* `]` (or `[]`), calling elem for each element.
+// stringArrayEnd returns the offset just after the array of strings at p.i, without moving;
+// ok is false if the text there is not '[' then strings up to a ']'. It does not validate the
+// strings: the decoder does that.
+func (p *scan) stringArrayEnd() (end int, ok bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '[' {
+		return 0, false
+	}
+	in := false
+	for j := p.i + 1; j < len(p.b); j++ {
+		switch c := p.b[j]; {
+		case in && c == '\\':
+			j++
+		case c == '"':
+			in = !in
+		case !in && c == ']':
+			return j + 1, true
+		case !in && (c == '[' || c == '{'):
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
 func (p *scan) array(elem func() bool) bool {
 	if !p.lit(`[`) {
 		return false

@@ -37,6 +37,17 @@ func checkFast(t *testing.T, line []byte) (accepted bool) {
 	if d := cmp.Diff(slow, fast, instanceCmp); d != "" {
 		t.Fatalf("fast path differs from encoding/json (-json +fast):\n%s\n%s", d, line)
 	}
+	// The same line twice through one depLists: the second decode takes the shared list.
+	seen := depLists{}
+	for i := range 2 {
+		shared, ok := fastResourceShared(line, seen)
+		if !ok {
+			t.Fatalf("decode %d with shared dependency lists refused a line fastResource accepts:\n%s", i, line)
+		}
+		if d := cmp.Diff(slow, shared, instanceCmp); d != "" {
+			t.Fatalf("decode %d with shared dependency lists differs from encoding/json (-json +fast):\n%s\n%s", i, d, line)
+		}
+	}
 	return true
 }
 

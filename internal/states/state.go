@@ -174,8 +174,12 @@ func (s *State) Move(from, to addrs.Instance, now time.Time) error {
 	moved.UpdatedAt = now.UTC()
 	s.Set(moved)
 	for _, o := range s.Resources {
+		copied := false
 		for i, d := range o.Dependencies {
 			if d.Equal(from) {
+				if !copied { // the list may be shared with other resources (or a plan): copy on write
+					o.Dependencies, copied = slices.Clone(o.Dependencies), true
+				}
 				o.Dependencies[i] = to
 			}
 		}

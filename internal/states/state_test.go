@@ -319,3 +319,27 @@ func TestDecodeOtherLayouts(t *testing.T) {
 		})
 	}
 }
+
+// TestMoveSharedDependencies: dependency lists may be shared (the decoder and the planner
+// share them); Move rewrites each resource's list without touching the shared one.
+func TestMoveSharedDependencies(t *testing.T) {
+	st := sample()
+	shared := []addrs.Instance{addrs.MustParseInstance("sysbox_network.lan")}
+	for _, r := range st.Resources[1:] {
+		r.Dependencies = shared
+	}
+	to := addrs.MustParseInstance("sysbox_network.core")
+	if err := st.Move(addrs.MustParseInstance("sysbox_network.lan"), to, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := shared[0].String(), "sysbox_network.lan"; got != want {
+		t.Errorf("shared list: got %s, want %s (unchanged)", got, want)
+	}
+	for _, r := range st.Resources {
+		for _, d := range r.Dependencies {
+			if got, want := d.String(), to.String(); got != want {
+				t.Errorf("%s depends on %s, want %s", r.Addr, got, want)
+			}
+		}
+	}
+}

@@ -340,8 +340,9 @@ func decodeLines(lines [][]byte) ([]*Resource, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			seen := depLists{}
 			for i := w; i < len(lines); i += workers {
-				if r, ok := fastResource(lines[i]); ok {
+				if r, ok := fastResourceShared(lines[i], seen); ok {
 					rs[i] = r
 					continue
 				}
