@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -158,12 +157,10 @@ func testBridge(t *testing.T, topology, addr string) substrate.Handle {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A bridge without a set MAC takes its lowest port's, so adding or removing a port can
-		// change the address the host answers from, and the containers' neighbour entries for
-		// the host go stale for seconds. The host talks to the nodes here, so pin it.
-		mac, _ := net.ParseMAC("02:00:c6:33:64:01")
-		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
-			t.Fatalf("bridge %s: set MAC: %v", name, err)
+		// linuxnet.CreateBridge pins the bridge's MAC (BridgeMAC), so ports coming and going do
+		// not change the address the host answers from.
+		if got, want := l.Attrs().HardwareAddr.String(), linuxnet.BridgeMAC(owner).String(); got != want {
+			t.Fatalf("bridge %s: MAC %s, want the pinned %s", name, got, want)
 		}
 		a, err := netlink.ParseAddr(addr)
 		if err != nil {

@@ -1,6 +1,7 @@
 package linuxnet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,11 +25,11 @@ type BridgeSpec struct {
 	IntentDir string
 }
 
-// CreateBridge creates the bridge (up, alias = owner marker) and, where the host's forward
-// filter would drop bridged traffic (dockerd's FORWARD policy DROP with br_netfilter), the
-// owner-marked forward-accept rule for it (see EnsureForwardAccept). An existing bridge carrying
-// exactly spec.Owner's marker is adopted; any other link with that name is refused with an error
-// wrapping driver.ErrNotOwned and left alone.
+// CreateBridge creates the bridge (up, alias = owner marker, MAC = BridgeMAC(owner)) and, where
+// the host's forward filter would drop bridged traffic (dockerd's FORWARD policy DROP with
+// br_netfilter), the owner-marked forward-accept rule for it (see EnsureForwardAccept). An
+// existing bridge carrying exactly spec.Owner's marker is adopted (and its MAC pinned); any other
+// link with that name is refused with an error wrapping driver.ErrNotOwned and left alone.
 func CreateBridge(ctx context.Context, spec BridgeSpec) error {
 	if !ValidIfName(spec.Name) {
 		return fmt.Errorf("bridge %q: invalid interface name", spec.Name)
@@ -51,6 +52,12 @@ func CreateBridge(ctx context.Context, spec BridgeSpec) error {
 		if link.Type() != "bridge" {
 			return fmt.Errorf("bridge %s: is a %s: %w", spec.Name, link.Type(), driver.ErrNotOwned)
 		}
+		// A bridge made before the MAC was pinned (or changed by hand) gets its MAC pinned.
+		if mac := BridgeMAC(spec.Owner); !bytes.Equal(link.Attrs().HardwareAddr, mac) {
+			if err := netlink.LinkSetHardwareAddr(link, mac); err != nil {
+				return fmt.Errorf("bridge %s: set mac %s: %w", spec.Name, mac, err)
+			}
+		}
 		if err := netlink.LinkSetUp(link); err != nil {
 			return fmt.Errorf("bridge %s: up: %w", spec.Name, err)
 		}
@@ -58,7 +65,8 @@ func CreateBridge(ctx context.Context, spec BridgeSpec) error {
 		if err := writeIntent(spec.IntentDir, spec.Name, spec.Owner); err != nil {
 			return fmt.Errorf("bridge %s: %w", spec.Name, err)
 		}
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: spec.Name, MTU: spec.MTU, Alias: marker, Flags: net.FlagUp, TxQLen: -1}}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: spec.Name, MTU: spec.MTU, Alias: marker, Flags: net.FlagUp, TxQLen: -1,
+			HardwareAddr: BridgeMAC(spec.Owner)}} // pinned: see BridgeMAC
 		if err := netlink.LinkAdd(br); err != nil {
 			clearIntent(spec.IntentDir, spec.Name)
 			if errors.Is(err, unix.EEXIST) {
@@ -124,7 +132,8 @@ func ObserveBridge(ctx context.Context, name string, owner substrate.Owner) (sub
 			obs.Status = substrate.Degraded
 			obs.Reason = "the host's forward filter (ip filter FORWARD) would drop bridged traffic and the accept rule for this bridge is missing"
 		}
-		obs.Attributes = map[string]string{"mtu": fmt.Sprint(link.Attrs().MTU), "forward_accept_rule": fmt.Sprint(needed && present)}
+		obs.Attributes = map[string]string{"mtu": fmt.Sprint(link.Attrs().MTU), "forward_accept_rule": fmt.Sprint(needed && present),
+			"mac": link.Attrs().HardwareAddr.String(), "mac_pinned": fmt.Sprint(bytes.Equal(link.Attrs().HardwareAddr, BridgeMAC(owner)))}
 	}
 	return obs, nil
 }

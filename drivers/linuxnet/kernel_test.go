@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -122,3 +123,76 @@ func waitOwnNetns(t *testing.T, ns Netns) {
 }
 
 func sleepMs(n int) { <-time.After(time.Duration(n) * time.Millisecond) }
+
+// TestKernelBridgeMACPinned: the bridge's MAC is BridgeMAC(owner) from creation and stays when
+// a port with a lower MAC joins and leaves (an unpinned bridge would take the port's MAC); a
+// bridge whose MAC was changed is pinned again when adopted; observation reports it.
+func TestKernelBridgeMACPinned(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	owner := substrate.Owner{Topology: "test-" + id, Address: "sysbox_network.lan", Type: "sysbox_network", Generation: 1}
+	br := "sbm" + id
+	want := BridgeMAC(owner)
+	if want[0]&0x03 != 0x02 {
+		t.Fatalf("BridgeMAC: got %s, want a locally administered unicast MAC", want)
+	}
+	if err := CreateBridge(ctx, BridgeSpec{Name: br, Owner: owner}); err != nil {
+		t.Fatalf("CreateBridge: %v", err)
+	}
+	t.Cleanup(func() { _ = DeleteBridge(ctx, br, owner) })
+	mac := func(what string) string {
+		t.Helper()
+		l, err := netlink.LinkByName(br)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return l.Attrs().HardwareAddr.String()
+	}
+	if got := mac("after create"); got != want.String() {
+		t.Fatalf("bridge MAC after create: got %s, want %s", got, want)
+	}
+
+	brLink, err := netlink.LinkByName(br)
+	if err != nil {
+		t.Fatal(err)
+	}
+	low, _ := net.ParseMAC("02:00:00:00:00:01")
+	port := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "sbp" + id, HardwareAddr: low, MasterIndex: brLink.Attrs().Index}, PeerName: "sbq" + id}
+	if err := netlink.LinkAdd(port); err != nil {
+		t.Fatalf("add port: %v", err)
+	}
+	t.Cleanup(func() { _ = netlink.LinkDel(port) })
+	if err := netlink.LinkSetUp(port); err != nil {
+		t.Fatal(err)
+	}
+	if got := mac("with a lower-MAC port"); got != want.String() {
+		t.Errorf("bridge MAC with a port of MAC %s: got %s, want %s (pinned)", low, got, want)
+	}
+	if err := netlink.LinkDel(port); err != nil {
+		t.Fatal(err)
+	}
+	if got := mac("after the port left"); got != want.String() {
+		t.Errorf("bridge MAC after the port left: got %s, want %s", got, want)
+	}
+
+	// Changed by hand: adoption pins it again.
+	other, _ := net.ParseMAC("02:00:5e:00:53:01")
+	if err := netlink.LinkSetHardwareAddr(brLink, other); err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := ObserveBridge(ctx, br, owner); err != nil || obs.Attributes["mac"] != other.String() || obs.Attributes["mac_pinned"] != "false" {
+		t.Errorf("ObserveBridge with a changed MAC: got %+v, %v; want mac %s, mac_pinned false", obs.Attributes, err, other)
+	}
+	if err := CreateBridge(ctx, BridgeSpec{Name: br, Owner: owner}); err != nil {
+		t.Fatalf("CreateBridge (adopt): %v", err)
+	}
+	if got := mac("after adoption"); got != want.String() {
+		t.Errorf("bridge MAC after adoption: got %s, want %s", got, want)
+	}
+	if obs, err := ObserveBridge(ctx, br, owner); err != nil || obs.Attributes["mac"] != want.String() || obs.Attributes["mac_pinned"] != "true" {
+		t.Errorf("ObserveBridge: got %+v, %v; want mac %s, mac_pinned true", obs.Attributes, err, want)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+
+	"zyvor.dev/sysbox/pkg/substrate"
 )
 
 // DefaultMAC derives a stable, locally administered unicast MAC from the node's canonical
@@ -12,6 +14,18 @@ import (
 // the MAC the topology saw first.
 func DefaultMAC(nodeAddress, attachment string) net.HardwareAddr {
 	sum := sha256.Sum256([]byte("sysbox-mac\x00" + nodeAddress + "\x00" + attachment))
+	mac := net.HardwareAddr(append([]byte(nil), sum[:6]...))
+	mac[0] = (mac[0] | 0x02) &^ 0x01 // locally administered, unicast
+	return mac
+}
+
+// BridgeMAC derives the bridge's MAC from its owner: stable, locally administered, unicast.
+// CreateBridge sets it explicitly, because a bridge without an assigned address takes the
+// lowest MAC of its ports and changes it whenever ports come and go (node create, reset,
+// delete); hosts talking to the nodes through it then hold a stale neighbour entry and traffic
+// stalls for seconds. An assigned address stays put.
+func BridgeMAC(owner substrate.Owner) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("sysbox-bridge-mac\x00" + owner.Marker()))
 	mac := net.HardwareAddr(append([]byte(nil), sum[:6]...))
 	mac[0] = (mac[0] | 0x02) &^ 0x01 // locally administered, unicast
 	return mac
