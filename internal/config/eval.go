@@ -619,10 +619,7 @@ func (e *evaluator) checkCycles() {
 	byKey := make(map[string]*ResourceInstance, len(e.instances))
 	for _, ri := range e.instances {
 		byKey[ri.Addr.UniqueKey()] = ri
-		g.Add(ri.Addr)
-		for _, d := range ri.DependsOn {
-			g.Connect(ri.Addr, d)
-		}
+		g.ConnectAll(ri.Addr, ri.DependsOn)
 	}
 	var ce *graph.CycleError
 	if err := g.Validate(); errors.As(err, &ce) && len(ce.Cycle) > 0 {

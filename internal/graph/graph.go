@@ -45,6 +45,16 @@ func (g *Graph) Connect(from, to addrs.Instance) {
 	g.rdeps[t] = append(g.rdeps[t], f)
 }
 
+// ConnectAll records that from depends on each of to (Connect for each, from looked up once).
+func (g *Graph) ConnectAll(from addrs.Instance, to []addrs.Instance) {
+	f := g.Add(from)
+	for _, a := range to {
+		t := g.Add(a)
+		g.deps[f] = append(g.deps[f], t)
+		g.rdeps[t] = append(g.rdeps[t], f)
+	}
+}
+
 // Len is the number of nodes.
 func (g *Graph) Len() int { return len(g.nodes) }
 

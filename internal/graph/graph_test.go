@@ -234,3 +234,43 @@ func TestDOTQuotesKeys(t *testing.T) {
 		t.Errorf("DOT:\n%s\nwant a line %s", dot, want)
 	}
 }
+
+// TestConnectAllEqualsConnect: ConnectAll builds the graph a Connect per edge builds.
+func TestConnectAllEqualsConnect(t *testing.T) {
+	tests := []struct {
+		name string
+		from string
+		to   []string
+	}{
+		{"none", "x.a", nil},
+		{"new nodes", "x.a", []string{"x.b", "x.c[0]", "x.c[1]"}},
+		{"existing and repeated", "x.c[0]", []string{"x.b", "x.b", "x.d"}},
+	}
+	one, all := New(), New()
+	for _, tt := range tests {
+		for _, to := range tt.to {
+			one.Connect(a(tt.from), a(to))
+		}
+		if len(tt.to) == 0 {
+			one.Add(a(tt.from))
+		}
+		var tos []addrs.Instance
+		for _, to := range tt.to {
+			tos = append(tos, a(to))
+		}
+		all.ConnectAll(a(tt.from), tos)
+		t.Run(tt.name, func(t *testing.T) {
+			if got, want := names(all.Nodes()), names(one.Nodes()); got != want {
+				t.Errorf("nodes: got %q, want %q", got, want)
+			}
+			for _, n := range one.Nodes() {
+				if got, want := names(all.DependenciesOf(n)), names(one.DependenciesOf(n)); got != want {
+					t.Errorf("%s depends on: got %q, want %q", n, got, want)
+				}
+				if got, want := names(all.DependentsOf(n)), names(one.DependentsOf(n)); got != want {
+					t.Errorf("%s dependents: got %q, want %q", n, got, want)
+				}
+			}
+		})
+	}
+}

@@ -1,8 +1,6 @@
 package plans
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,10 +170,7 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 	// Create graph over configured instances.
 	g := graph.New()
 	for _, ri := range desiredList {
-		g.Add(ri.Addr)
-		for _, d := range ri.DependsOn {
-			g.Connect(ri.Addr, d)
-		}
+		g.ConnectAll(ri.Addr, ri.DependsOn)
 	}
 	inScope := func(addrs.Instance) bool { return true }
 	if len(req.Targets) > 0 {
@@ -500,11 +495,4 @@ func (p *Planner) fingerprint(plan *Plan, top *config.Topology, req Request) Fin
 	}
 	fp.ActionsDigest = ActionsDigest(plan.Actions)
 	return fp
-}
-
-// ActionsDigest is the SHA-256 of the ordered actions' JSON.
-func ActionsDigest(actions []ResourceAction) string {
-	b, _ := json.Marshal(actions)
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -1,0 +1,63 @@
+package plans
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/driver"
+)
+
+// TestActionsDigestMatchesJSON holds ActionsDigest to its definition: the SHA-256 of
+// json.Marshal of the actions (an encoding error hashes json.Marshal's nil result).
+func TestActionsDigestMatchesJSON(t *testing.T) {
+	node := addrs.MustParseInstance(`module.seg["red"].sysbox_node.web[3]`)
+	full := ResourceAction{Address: node, Action: Replace, Reason: "image changed", Type: "sysbox_node", Mode: "managed", SchemaVersion: 2,
+		Before: json.RawMessage(`{"a":1}`), After: json.RawMessage(`{"a":2}`),
+		Changes:   []AttrChange{{Path: "image", Before: json.RawMessage(`"x"`), After: json.RawMessage(`"y"`), Effect: "replace", Why: "forces replacement"}},
+		DependsOn: []addrs.Instance{addrs.MustParseInstance("sysbox_network.lan[0]"), addrs.MustParseInstance(`sysbox_network.seg["a\"b"]`)},
+		Driver:    "netns", Requires: []driver.Capability{"nodes", "nics"}}
+	with := func(f func(a *ResourceAction)) []ResourceAction {
+		a := full
+		f(&a)
+		return []ResourceAction{a}
+	}
+	tests := []struct {
+		name    string
+		actions []ResourceAction
+	}{
+		{"nil", nil},
+		{"empty", []ResourceAction{}},
+		{"zero action", []ResourceAction{{}}},
+		{"every field", []ResourceAction{full, full}},
+		{"omitted fields", with(func(a *ResourceAction) {
+			a.Before, a.After, a.Changes, a.DependsOn, a.Driver, a.Requires = nil, json.RawMessage{}, []AttrChange{}, []addrs.Instance{}, "", []driver.Capability{}
+		})},
+		{"html in strings", with(func(a *ResourceAction) { a.Reason, a.Type, a.Driver = "a <b> & c", "x>y", "d&" })},
+		{"escapes in strings", with(func(a *ResourceAction) { a.Reason, a.Mode = "tab\there \"q\" \\ nl\n", "\x01\x7f" })},
+		{"non-ASCII and invalid UTF-8", with(func(a *ResourceAction) { a.Reason, a.Driver = "é \u2028 \u2029", "\xff\xfe" })},
+		{"address keys needing escapes", with(func(a *ResourceAction) {
+			a.Address = addrs.NewInstance(nil, addrs.Resource{Type: "sysbox_node", Name: "n"}, addrs.StringKey("<&>é\u2028"))
+		})},
+		{"raw JSON with spaces and html", with(func(a *ResourceAction) {
+			a.Before, a.After = json.RawMessage(" { \"a\" : [ 1 , \"<b>\" ] }\n"), json.RawMessage(`{"s":"&\u2028"}`)
+		})},
+		{"invalid raw JSON", with(func(a *ResourceAction) { a.After = json.RawMessage(`{"a":`) })},
+		{"invalid raw JSON in a change", with(func(a *ResourceAction) {
+			a.Changes = []AttrChange{{Path: "p", After: json.RawMessage(`nope`)}}
+		})},
+		{"negative schema version", with(func(a *ResourceAction) { a.SchemaVersion = -7 })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, _ := json.Marshal(tt.actions)
+			sum := sha256.Sum256(b)
+			want := "sha256:" + hex.EncodeToString(sum[:])
+			if got := ActionsDigest(tt.actions); got != want {
+				t.Errorf("got %s, want %s (of %s)", got, want, b)
+			}
+		})
+	}
+}
