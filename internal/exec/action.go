@@ -113,6 +113,10 @@ type Plan struct {
 	Prepare func(ctx context.Context, st *states.State) ([]Action, error)
 	// Outputs, when set, computes the topology's outputs from the final state.
 	Outputs func(st *states.State) (map[string]states.Output, error)
+	// Drivers names the drivers the configuration uses (its resources' drivers) or declares
+	// (its substrate block). Destroy's residue audit consults these and the drivers named in
+	// state and in the actions, and no other (see Executor.Audit).
+	Drivers []string
 }
 
 // KindOfType maps the built-in resource types to their kind, for resources found only in state

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/fake"
@@ -604,22 +606,52 @@ func TestFailedResetLeavesNothingBehind(t *testing.T) {
 }
 
 func TestDestroyAuditsUsedDriversStrictly(t *testing.T) {
-	h := newHarness(t)
-	other, _ := fake.New(fake.Options{Name: "other"})
-	other.SetUnavailable(true)
-	if err := h.ex.Registry.Register(other); err != nil {
-		t.Fatal(err)
+	destroyWith := func(h *harness, drivers ...string) (*Result, []substrate.Object, error) {
+		return h.ex.Destroy(context.Background(), &Plan{Drivers: drivers,
+			Prepare: func(_ context.Context, st *states.State) ([]Action, error) { return DestroyActions(st) }})
 	}
-	h.mustApply(topology(1, 1, false))
-	res, residue, err := h.ex.Destroy(context.Background(), nil)
-	if err != nil || len(residue) != 0 || len(res.AuditSkipped) != 1 || res.AuditSkipped[0] != "other" {
-		t.Fatalf("destroy with an unused unavailable driver: got %v %v skipped %v", err, residue, res.AuditSkipped)
-	}
-	// The topology's own driver unavailable at audit time: destroy cannot be called done.
-	h.mustApply(topology(1, 1, false))
-	h.fake.SetFailpoint("Residue", 0, fake.FailUnavailable)
-	if _, _, err := h.ex.Destroy(context.Background(), nil); !errors.Is(err, driver.ErrUnavailable) {
-		t.Fatalf("destroy with its own driver unavailable for the audit: got %v", err)
+	for _, tc := range []struct {
+		name        string
+		declared    []string // the configuration's drivers besides the topology's own
+		ownDown     bool     // the topology's own driver cannot answer the audit
+		wantErr     error
+		wantAudited []string
+		wantSkipped []string
+		wantOther   int // Residue calls the unrelated driver gets
+	}{
+		{name: "unrelated unavailable driver is not consulted", wantAudited: []string{"fake"}},
+		{name: "configured driver unavailable fails", declared: []string{"other"}, wantErr: driver.ErrUnavailable, wantOther: 1},
+		{name: "own driver unavailable fails", ownDown: true, wantErr: driver.ErrUnavailable},
+		{name: "declared driver this sysbox lacks is skipped", declared: []string{"qemu"}, wantAudited: []string{"fake"}, wantSkipped: []string{"qemu"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			other, _ := fake.New(fake.Options{Name: "other"})
+			other.SetUnavailable(true)
+			if err := h.ex.Registry.Register(other); err != nil {
+				t.Fatal(err)
+			}
+			h.mustApply(topology(1, 1, false))
+			if tc.ownDown {
+				h.fake.SetFailpoint("Residue", 0, fake.FailUnavailable)
+			}
+			res, residue, err := destroyWith(h, tc.declared...)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("destroy: got %v, want %v", err, tc.wantErr)
+				}
+			} else if err != nil || len(residue) != 0 {
+				t.Fatalf("destroy: got %v, residue %v; want a clean audit", err, residue)
+			}
+			if got := other.CountCalls("Residue"); got != tc.wantOther {
+				t.Errorf("Residue calls to the unrelated driver: got %d, want %d", got, tc.wantOther)
+			}
+			if tc.wantErr == nil {
+				if !cmp.Equal(res.Audited, tc.wantAudited) || !cmp.Equal(res.AuditSkipped, tc.wantSkipped) {
+					t.Errorf("audited %v skipped %v, want %v and %v", res.Audited, res.AuditSkipped, tc.wantAudited, tc.wantSkipped)
+				}
+			}
+		})
 	}
 }
 

@@ -56,7 +56,10 @@ type Result struct {
 	Recovered  *RecoverReport
 	Checkpoint Stats
 	StateSaves int
-	// AuditSkipped lists drivers the topology did not use that could not be audited.
+	// Audited lists the drivers destroy's residue audit consulted (the topology's drivers).
+	Audited []string
+	// AuditSkipped lists drivers the configuration declares that this sysbox does not provide
+	// and that nothing in state or in the run used, so there is nothing to ask.
 	AuditSkipped []string
 }
 

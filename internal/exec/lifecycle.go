@@ -68,10 +68,23 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 		return &Result{Recovered: rep}, nil, err
 	}
 	lineage := s.st.Lineage
-	used := map[string]bool{}
+	// The topology's drivers: those in state, in the run, and in its configuration. Only
+	// these are audited; a driver the topology never used is not consulted (dockerd being
+	// down says nothing about a netns-only lab).
+	used := map[string]bool{} // true: named in state or the run
 	for _, r := range s.st.Resources {
 		if r.Driver != "" {
 			used[r.Driver] = true
+		}
+	}
+	for _, a := range actions {
+		if a.Driver != "" {
+			used[a.Driver] = true
+		}
+	}
+	for _, d := range plan.Drivers {
+		if _, ok := used[d]; !ok && d != "" {
+			used[d] = false // configured only
 		}
 	}
 	res, runErr := e.execute(ctx, s, "destroy", plan.Fingerprint, actions, func(*states.State) (map[string]states.Output, error) {
@@ -81,8 +94,8 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 	if runErr != nil {
 		return res, nil, runErr
 	}
-	residue, skipped, err := e.Audit(ctx, lineage, used)
-	res.AuditSkipped = skipped
+	residue, audited, skipped, err := e.Audit(ctx, lineage, used)
+	res.Audited, res.AuditSkipped = audited, skipped
 	if err != nil {
 		return res, nil, err
 	}
@@ -92,31 +105,42 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 	return res, nil, nil
 }
 
-// Audit asks every registered driver with the audit capability for objects carrying the
-// topology's markers.
+// Audit asks the drivers the topology uses that have the audit capability for objects carrying
+// the topology's markers, and returns the residue and the drivers it consulted. used maps each
+// of the topology's drivers to true when state or the run named it, false when only its
+// configuration does. No other registered driver is asked.
 //
-// used names the drivers the topology used (its state's drivers before destroy): for them an
-// unavailable driver is an error — ownership evidence is incomplete, so destroy cannot be
-// called done. Other registered drivers are audited too when they answer; one that is
-// unavailable is listed in skipped.
-func (e *Executor) Audit(ctx context.Context, topology string, used map[string]bool) (out []substrate.Object, skipped []string, err error) {
+// A used driver that cannot answer (unavailable) is an error: ownership evidence is incomplete,
+// so destroy cannot be called done — unknown is never absent. A driver this sysbox does not
+// provide is an error too when state or the run named it; one only the configuration names
+// (declared, nothing made with it) is listed in skipped.
+func (e *Executor) Audit(ctx context.Context, topology string, used map[string]bool) (out []substrate.Object, audited, skipped []string, err error) {
+	names := make([]string, 0, len(used))
+	for name := range used {
+		names = append(names, name)
+	}
+	sort.Strings(names)
 	seen := map[string]bool{}
-	for _, name := range e.Registry.Names() {
+	for _, name := range names {
+		if _, derr := e.Registry.Driver(name); derr != nil {
+			if used[name] {
+				return nil, audited, skipped, fmt.Errorf("residue audit: driver %s: %w", name, derr)
+			}
+			skipped = append(skipped, name)
+			continue
+		}
 		if !e.Registry.Has(name, driver.CapAudit) {
 			continue
 		}
 		a, err := driver.Get[driver.Auditor](e.Registry, name, driver.CapAudit)
 		if err != nil {
-			return nil, nil, err
+			return nil, audited, skipped, err
 		}
 		objs, err := a.Residue(ctx, topology)
-		if err != nil && errors.Is(err, driver.ErrUnavailable) && !used[name] {
-			skipped = append(skipped, name)
-			continue
-		}
 		if err != nil {
-			return nil, skipped, fmt.Errorf("residue audit: driver %s: %w", name, err)
+			return nil, audited, skipped, fmt.Errorf("residue audit: driver %s: %w", name, err)
 		}
+		audited = append(audited, name)
 		for _, o := range objs {
 			k := o.Kind + "\x00" + o.ExternalID
 			if !seen[k] { // one object may be reported by drivers sharing a substrate
@@ -131,7 +155,7 @@ func (e *Executor) Audit(ctx context.Context, topology string, used map[string]b
 		}
 		return out[i].ExternalID < out[j].ExternalID
 	})
-	return out, skipped, nil
+	return out, audited, skipped, nil
 }
 
 // Refresh observes every resource in state through its driver and saves the observations by

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/exec"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/states"
@@ -28,8 +31,10 @@ func newDestroyCommand(app *App) *cobra.Command {
 		Long: `destroy plans the deletion of everything in state (lifecycle.prevent_destroy makes it fail
 before anything is touched), deletes in reverse dependency order — each driver re-checks the
 ownership markers of every object before deleting it and refuses on mismatch or incomplete
-evidence — and ends with a residue audit: every driver lists objects still carrying this
-topology's markers. Exit code 1 when anything is left.`,
+evidence — and ends with a residue audit: each driver the topology uses (named in its state, its
+configuration's resources or its substrate block) lists objects still carrying this topology's
+markers; other drivers are not asked. A used driver that cannot answer fails destroy (unknown is
+not absent). Exit code 1 when anything is left.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return app.runDestroy(cmd.Context(), &f) },
 	}
@@ -45,7 +50,7 @@ func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
 		return err
 	}
 	defer rt.close()
-	xp := &exec.Plan{}
+	xp := &exec.Plan{Drivers: configDrivers(rt.l.top)}
 	xp.Prepare = func(ctx context.Context, st *states.State) ([]exec.Action, error) {
 		p, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: priorOf(st), Destroy: true})
 		if err != nil {
@@ -101,8 +106,48 @@ func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
 		return err
 	}
 	if len(res.AuditSkipped) > 0 {
-		fmt.Fprintf(a.Env.Stdout, "Residue audit skipped unavailable driver(s) this topology never used: %s\n", strings.Join(res.AuditSkipped, ", "))
+		fmt.Fprintf(a.Env.Stdout, "Residue audit skipped driver(s) the configuration declares but this sysbox does not provide (nothing was made with them): %s\n", strings.Join(res.AuditSkipped, ", "))
+	}
+	if len(res.Audited) > 0 {
+		fmt.Fprintf(a.Env.Stdout, "Residue audit asked this topology's driver(s): %s\n", strings.Join(res.Audited, ", "))
 	}
 	fmt.Fprintln(a.Env.Stdout, "Destroy complete. Residue audit: no object carries this topology's markers.")
 	return nil
+}
+
+// configDrivers names the drivers the configuration declares in its substrate block and the
+// drivers its resources select (after defaults), sorted: with the drivers in state, the ones
+// destroy's residue audit consults. Other registered drivers are not asked, so an unreachable
+// daemon the topology never uses (dockerd for a netns-only lab) does not fail destroy.
+func configDrivers(top *config.Topology) []string {
+	if top == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	if top.Substrate.Explicit {
+		for _, d := range top.Substrate.Drivers {
+			set[d.Name] = true
+		}
+	}
+	for _, ri := range top.Resources {
+		if ri == nil || ri.Config == nil {
+			continue
+		}
+		v := reflect.ValueOf(ri.Config)
+		for v.Kind() == reflect.Pointer && !v.IsNil() {
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			continue
+		}
+		if f := v.FieldByName("Driver"); f.IsValid() && f.Kind() == reflect.String && f.String() != "" {
+			set[f.String()] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
