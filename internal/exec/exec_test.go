@@ -743,3 +743,80 @@ func TestRecoveryStopsOnForeignMarkers(t *testing.T) {
 		t.Fatal("foreign object touched")
 	}
 }
+
+// interruptedWithLostNIC applies one node until its observation after start fails (the run is
+// left for recovery with the node checkpointed past "wired"), then removes its NIC.
+func interruptedWithLostNIC(t *testing.T) *harness {
+	t.Helper()
+	h := newHarness(t)
+	h.fake.SetFailpoint("ObserveNode", 1, fake.FailUnavailable)
+	if _, err := h.apply(topology(1, 1, false)); !errors.Is(err, ErrUnknownObservation) {
+		t.Fatalf("apply: got %v, want ErrUnknownObservation", err)
+	}
+	h.fake.ClearFailpoints()
+	it, err := ReadLog(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node *OpState
+	for _, op := range it.Ops {
+		if op.Action.Kind == KindNode {
+			node = op
+		}
+	}
+	if node == nil || node.Handle == nil || !node.Step.atLeast(StepWired) {
+		t.Fatalf("node checkpoint: got %+v, want a handle past %s", node, StepWired)
+	}
+	removed := 0
+	for id, nic := range h.fake.World().NICs {
+		if nic.Node == node.Handle.ExternalID {
+			if err := h.fake.Remove(id); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	if removed != 1 {
+		t.Fatalf("removed %d NICs, want 1", removed)
+	}
+	return h
+}
+
+// TestRecoveryReconfiguresGuestNetworkAfterReattach: a node checkpointed past "wired" whose NIC
+// was lost is re-attached by recovery, and its guest network (addresses, gateway, routes) is
+// configured again — a re-attached NIC comes without them. Also when recovery itself is killed
+// between the re-attach and the configuration: the next recovery configures it.
+func TestRecoveryReconfiguresGuestNetworkAfterReattach(t *testing.T) {
+	t.Run("recover", func(t *testing.T) {
+		h := interruptedWithLostNIC(t)
+		attaches, configures := h.fake.CountCalls("Attach"), h.fake.CountCalls("ConfigureGuestNetwork")
+		if _, err := h.ex.Recover(context.Background()); err != nil {
+			t.Fatalf("recover: %v", err)
+		}
+		if got := h.fake.CountCalls("Attach") - attaches; got != 1 {
+			t.Fatalf("recovery Attach calls: got %d, want 1", got)
+		}
+		if got := h.fake.CountCalls("ConfigureGuestNetwork") - configures; got != 1 {
+			t.Fatalf("recovery ConfigureGuestNetwork calls after re-attach: got %d, want 1", got)
+		}
+		checkAgree(t, h.state(), h.fake)
+	})
+	t.Run("recovery killed before configuring", func(t *testing.T) {
+		h := interruptedWithLostNIC(t)
+		r := runHelper(t, h.dir, "recover", "SYSBOX_FAKE_FAILPOINTS=ConfigureGuestNetwork@1=crash")
+		if !r.killed {
+			t.Fatalf("recover with a crash at ConfigureGuestNetwork: got %+v, want it killed", r)
+		}
+		h = openDir(t, h.dir)
+		if got := len(h.fake.World().NICs); got != 1 {
+			t.Fatalf("NICs after the killed recovery: got %d, want the re-attached one", got)
+		}
+		if _, err := h.ex.Recover(context.Background()); err != nil {
+			t.Fatalf("recover: %v", err)
+		}
+		if got := h.fake.CountCalls("ConfigureGuestNetwork"); got != 1 {
+			t.Fatalf("ConfigureGuestNetwork calls of the second recovery: got %d, want 1", got)
+		}
+		checkAgree(t, h.state(), h.fake)
+	})
+}

@@ -290,10 +290,12 @@ func (r *run) wireNode(ctx context.Context, op *OpState, nodes driver.Nodes) err
 				have[at.Name] = i
 			}
 		}
+		reattached := false
 		for _, want := range a.Node.Attachments {
 			if _, ok := have[want.Name]; ok {
 				continue
 			}
+			reattached = reattached || op.Step.atLeast(StepWired)
 			nh, err := r.networkHandle(want)
 			if err != nil {
 				return err
@@ -308,7 +310,11 @@ func (r *run) wireNode(ctx context.Context, op *OpState, nodes driver.Nodes) err
 				return err
 			}
 		}
-		if !op.Step.atLeast(StepWired) {
+		// A NIC attached again (recovery found it lost) comes without the guest's addresses,
+		// gateway and routes: configure the guest network again, whatever step the checkpoint
+		// had reached (ConfigureGuestNetwork is idempotent). The attach checkpoint above
+		// records step "attached", so a crash before this configuration redoes it too.
+		if reattached || !op.Step.atLeast(StepWired) {
 			if err := nics.ConfigureGuestNetwork(ctx, h, op.Attachments, a.Node.Routes); err != nil {
 				return fmt.Errorf("configure guest network: %w", err)
 			}
