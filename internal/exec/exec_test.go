@@ -820,3 +820,52 @@ func TestRecoveryReconfiguresGuestNetworkAfterReattach(t *testing.T) {
 		checkAgree(t, h.state(), h.fake)
 	})
 }
+
+// verifyRecorder records the identities VerifyArtifact is asked about.
+type verifyRecorder struct {
+	*fake.Driver
+	mu  sync.Mutex
+	ids []substrate.ArtifactIdentity
+}
+
+func (v *verifyRecorder) VerifyArtifact(ctx context.Context, id substrate.ArtifactIdentity) error {
+	v.mu.Lock()
+	v.ids = append(v.ids, id)
+	v.mu.Unlock()
+	return v.Driver.VerifyArtifact(ctx, id)
+}
+
+// TestResetVerifiesTheArtifactAsCreated: reset verifies the baseline with the same spec
+// construction as create — the artifact identity carries the driver's reference (from the
+// artifact resource in state), not the bare configured identity.
+func TestResetVerifiesTheArtifactAsCreated(t *testing.T) {
+	h := newHarness(t)
+	rec := &verifyRecorder{Driver: h.fake}
+	reg := driver.NewRegistry()
+	if err := reg.Register(rec); err != nil {
+		t.Fatal(err)
+	}
+	h.ex.Registry = reg
+	desired := topology(1, 1, false)
+	art := mustAddr("sysbox_artifact.rootfs")
+	for i := range desired {
+		if desired[i].Node != nil {
+			desired[i].Node.ArtifactFrom = &art
+		}
+	}
+	h.mustApply(desired)
+	ref := h.state().Resource(art).ExternalID
+	if ref == "" {
+		t.Fatal("artifact has no driver reference in state")
+	}
+	node := mustAddr("sysbox_node.web[0]")
+	if _, err := h.ex.Reset(context.Background(), ResetRequest{Targets: []addrs.Instance{node}, Desired: desired}); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	if len(rec.ids) != 1 {
+		t.Fatalf("VerifyArtifact calls: got %d, want 1", len(rec.ids))
+	}
+	if got := rec.ids[0]; got.Ref != ref || got.Digest == "" {
+		t.Fatalf("reset verified %+v, want the identity with ref %s (as the node is created)", got, ref)
+	}
+}
