@@ -14,9 +14,20 @@ func newImportCommand(app *App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "import ADDR EXTERNAL_ID",
 		Short: "Adopt an existing node into state",
-		Long: `import adopts the existing object EXTERNAL_ID as the configured node ADDR through its driver's
-import rule (each driver documents how it proves the object may be adopted; it then writes this
-topology's ownership markers on it). ADDR must be in the configuration and not yet in state.`,
+		Long: `import adopts the existing object EXTERNAL_ID as the configured node ADDR through the import
+rule of the driver ADDR selects, and records it in state at generation 1. ADDR must be in the
+configuration and not yet in state. How ownership is proven depends on the driver:
+
+  netns   EXTERNAL_ID is a named namespace (/run/netns/EXTERNAL_ID). One with no sysbox marker
+          and an empty loopback alias is unclaimed: the import is the claim, and sysbox writes
+          this topology's ownership markers onto it then. One already marked for the same
+          topology, address and type is re-marked; any other marker is refused.
+  docker  EXTERNAL_ID is a container. Docker cannot add labels to an existing container, so
+          sysbox writes nothing onto it: the container must have been created with this
+          topology's ownership labels (dev.zyvor.sysbox.topology, .address, .type and
+          .generation=1) and --network none. A refused import prints the exact --label flags.
+
+Anything less is incomplete evidence: the import fails and nothing is touched.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			addr, err := parseAddrArg("address", args[0])
