@@ -6,31 +6,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"zyvor.dev/sysbox/internal/testenv"
 )
 
 // buildFluxvmUpgrade builds the real command; with tags "fluxvmtest" it also honours
 // FLUXVM_UPGRADE_TEST_FAILPOINT (SIGKILL after a given journal record) for the crash case.
-func buildFluxvmUpgrade(t *testing.T, tags string) string {
+func buildFluxvmUpgrade(t *testing.T, tags ...string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out := filepath.Join(t.TempDir(), "fluxvm-upgrade")
-	args := []string{"build", "-o", out}
-	if tags != "" {
-		args = append(args, "-tags", tags)
-	}
-	cmd := exec.Command(goBin, append(args, "zyvor.dev/sysbox/cmd/fluxvm-upgrade")...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build fluxvm-upgrade: %v\n%s", err, b)
-	}
-	return out
+	return testenv.BuildBinary(t, "zyvor.dev/sysbox/cmd/fluxvm-upgrade", tags...)
 }
 
 type e2ePlan struct {
@@ -85,7 +73,7 @@ func TestE2EFluxvmUpgradeRealMaps(t *testing.T) {
 	requireDestructive(t)
 	pin := setupTestPin(t, "bpfmap-e2e")
 	mapctl := buildMapctl(t)
-	bin := buildFluxvmUpgrade(t, "")
+	bin := buildFluxvmUpgrade(t)
 	binTest := buildFluxvmUpgrade(t, "fluxvmtest")
 	h := hook{t: t, path: mapctl, pin: pin}
 	stateDir := t.TempDir()

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,16 +76,7 @@ func setupTestPin(t *testing.T, name string) string {
 // buildMapctl builds the hook program the tests use as a component's apply/rollback hook.
 func buildMapctl(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out := filepath.Join(t.TempDir(), "mapctl")
-	cmd := exec.Command(goBin, "build", "-o", out, "zyvor.dev/sysbox/fluxvm/bpfmap/internal/mapctl")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build mapctl: %v\n%s", err, b)
-	}
-	return out
+	return testenv.BuildBinary(t, "zyvor.dev/sysbox/fluxvm/bpfmap/internal/mapctl")
 }
 
 type hook struct {
