@@ -29,7 +29,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: mapctl create|fill|dump|rm -pin PATH ...")
+		return fmt.Errorf("usage: mapctl create|fill|dump|rm -pin PATH [flags]")
 	}
 	cmd := args[0]
 	fs := flag.NewFlagSet("mapctl "+cmd, flag.ContinueOnError)
