@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	ctyjson "github.com/zclconf/go-cty/cty/json"
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/exec"
 	"zyvor.dev/sysbox/internal/plans"
@@ -133,23 +132,12 @@ func (a *App) confirm(prompt string) bool {
 	return strings.TrimSpace(line) == "yes"
 }
 
-// outputsOf computes the topology's outputs that are known from the configuration. Outputs
-// known only after apply (external ids) and sensitive outputs are not stored: state holds no
-// secret, and the evaluator has no post-apply values yet.
+// outputsOf computes the outputs the apply stores in state, evaluated against its final state
+// (see storedOutputs in output.go): attributes known only after apply come from state; sensitive
+// outputs and outputs holding a secret reference are never stored.
 func outputsOf(rt *runtime) func(*states.State) (map[string]states.Output, error) {
-	return func(*states.State) (map[string]states.Output, error) {
-		out := map[string]states.Output{}
-		for _, o := range rt.l.top.Outputs {
-			if o.Sensitive || !o.Value.IsWhollyKnown() {
-				continue
-			}
-			b, err := ctyjson.Marshal(o.Value, o.Value.Type())
-			if err != nil {
-				return nil, fmt.Errorf("output %s: %w", o.Name, err)
-			}
-			out[o.Name] = states.Output{Value: b}
-		}
-		return out, nil
+	return func(st *states.State) (map[string]states.Output, error) {
+		return rt.app.storedOutputs(rt.l.top, st)
 	}
 }
 

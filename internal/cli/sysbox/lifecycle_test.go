@@ -43,7 +43,7 @@ func TestLifecycleCommands(t *testing.T) {
 	expect(sb("apply", "-auto-approve"), 0, "sysbox_node.web[0]: Creation complete", "Apply complete.")
 	expect(sb("apply", "-auto-approve"), 0, "8 unchanged", "Apply complete.")
 	expect(sb("output", "web_ips"), 0, `["198.51.100.10/24","198.51.100.11/24"]`)
-	expect(sb("output", "nope"), 1, `output "nope": not in state`)
+	expect(sb("output", "nope"), 1, `output "nope": not declared in the configuration`)
 	expect(sb("exec", "sysbox_node.web[0]", "--", "echo", "hi", "there"), 0, "hi there")
 	expect(sb("exec", "sysbox_node.web[0]", "--", "false"), 1)
 
