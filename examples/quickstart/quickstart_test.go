@@ -236,8 +236,15 @@ func TestKernelQuickstartApplyDestroy(t *testing.T) {
 	// Reset the server: new generation (external id), same MAC and address, the firewall back
 	// on the new namespace, the client untouched.
 	before, clientBefore := l.node("sysbox_node.server"), l.node("sysbox_node.client")
+	// server_netns is known only after apply: output evaluates it against state.
+	if got := strings.TrimSpace(l.must("output", "server_netns")); got != before.ExternalID {
+		t.Errorf("output server_netns: got %q, want the server's external id %q", got, before.ExternalID)
+	}
 	l.must("reset", "sysbox_node.server")
 	after, clientAfter := l.node("sysbox_node.server"), l.node("sysbox_node.client")
+	if got := strings.TrimSpace(l.must("output", "server_netns")); got != after.ExternalID {
+		t.Errorf("output server_netns after reset: got %q, want the new external id %q", got, after.ExternalID)
+	}
 	if after.ExternalID == before.ExternalID {
 		t.Errorf("server external id after reset: got %s, want a new one", after.ExternalID)
 	}
