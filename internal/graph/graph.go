@@ -18,6 +18,8 @@ type Graph struct {
 	index map[string]int
 	deps  [][]int // node → nodes it depends on
 	rdeps [][]int // node → nodes that depend on it
+
+	shared map[sharedList][]int // ConnectShared: node ids of lists seen
 }
 
 // New returns an empty graph.
@@ -53,6 +55,38 @@ func (g *Graph) ConnectAll(from addrs.Instance, to []addrs.Instance) {
 		g.deps[f] = append(g.deps[f], t)
 		g.rdeps[t] = append(g.rdeps[t], f)
 	}
+}
+
+// ConnectShared is ConnectAll for dependency lists shared between nodes (config gives the
+// instances of one resource one list): the nodes of a list, recognised by its backing array and
+// length, are looked up once. A list passed here must not be modified while g is being built.
+func (g *Graph) ConnectShared(from addrs.Instance, to []addrs.Instance) {
+	f := g.Add(from)
+	if len(to) == 0 {
+		return
+	}
+	k := sharedList{&to[0], len(to)}
+	ids, ok := g.shared[k]
+	if !ok {
+		ids = make([]int, len(to))
+		for i, a := range to {
+			ids[i] = g.Add(a)
+		}
+		if g.shared == nil {
+			g.shared = map[sharedList][]int{}
+		}
+		g.shared[k] = ids
+	}
+	g.deps[f] = append(g.deps[f], ids...)
+	for _, t := range ids {
+		g.rdeps[t] = append(g.rdeps[t], f)
+	}
+}
+
+// sharedList identifies a dependency list by its backing array and length.
+type sharedList struct {
+	first *addrs.Instance
+	n     int
 }
 
 // Len is the number of nodes.

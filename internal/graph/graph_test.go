@@ -235,7 +235,8 @@ func TestDOTQuotesKeys(t *testing.T) {
 	}
 }
 
-// TestConnectAllEqualsConnect: ConnectAll builds the graph a Connect per edge builds.
+// TestConnectAllEqualsConnect: ConnectAll and ConnectShared build the graph a Connect per edge
+// builds.
 func TestConnectAllEqualsConnect(t *testing.T) {
 	tests := []struct {
 		name string
@@ -246,7 +247,7 @@ func TestConnectAllEqualsConnect(t *testing.T) {
 		{"new nodes", "x.a", []string{"x.b", "x.c[0]", "x.c[1]"}},
 		{"existing and repeated", "x.c[0]", []string{"x.b", "x.b", "x.d"}},
 	}
-	one, all := New(), New()
+	one, all, sh := New(), New(), New()
 	for _, tt := range tests {
 		for _, to := range tt.to {
 			one.Connect(a(tt.from), a(to))
@@ -259,6 +260,8 @@ func TestConnectAllEqualsConnect(t *testing.T) {
 			tos = append(tos, a(to))
 		}
 		all.ConnectAll(a(tt.from), tos)
+		sh.ConnectShared(a(tt.from), tos)
+		sh.ConnectShared(a(tt.from), tos[:0]) // the same array, another length: not the same list
 		t.Run(tt.name, func(t *testing.T) {
 			if got, want := names(all.Nodes()), names(one.Nodes()); got != want {
 				t.Errorf("nodes: got %q, want %q", got, want)
@@ -270,7 +273,29 @@ func TestConnectAllEqualsConnect(t *testing.T) {
 				if got, want := names(all.DependentsOf(n)), names(one.DependentsOf(n)); got != want {
 					t.Errorf("%s dependents: got %q, want %q", n, got, want)
 				}
+				if got, want := names(sh.DependenciesOf(n)), names(one.DependenciesOf(n)); got != want {
+					t.Errorf("shared: %s depends on: got %q, want %q", n, got, want)
+				}
+				if got, want := names(sh.DependentsOf(n)), names(one.DependentsOf(n)); got != want {
+					t.Errorf("shared: %s dependents: got %q, want %q", n, got, want)
+				}
 			}
 		})
+	}
+}
+
+// TestConnectSharedList: two nodes given the same list both get its edges.
+func TestConnectSharedList(t *testing.T) {
+	deps := []addrs.Instance{a("x.net[0]"), a("x.net[1]")}
+	g := New()
+	g.ConnectShared(a("x.n[0]"), deps)
+	g.ConnectShared(a("x.n[1]"), deps)
+	for _, n := range []string{"x.n[0]", "x.n[1]"} {
+		if got, want := names(g.DependenciesOf(a(n))), "x.net[0] x.net[1]"; got != want {
+			t.Errorf("%s depends on: got %q, want %q", n, got, want)
+		}
+	}
+	if got, want := names(g.DependentsOf(a("x.net[1]"))), "x.n[0] x.n[1]"; got != want {
+		t.Errorf("x.net[1] dependents: got %q, want %q", got, want)
 	}
 }

@@ -1,11 +1,14 @@
 package plans
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"hash"
 	"strconv"
+
+	"zyvor.dev/sysbox/internal/addrs"
 )
 
 // ActionsDigest is the SHA-256 of the ordered actions' JSON (encoding/json's encoding of the
@@ -35,12 +38,13 @@ func writeActions(h hash.Hash, actions []ResourceAction) bool {
 	}
 	b := make([]byte, 0, 64<<10)
 	b = append(b, '[')
+	deps := map[depList][]byte{}
 	for i := range actions {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		var ok bool
-		if b, ok = appendAction(b, &actions[i]); !ok {
+		if b, ok = appendAction(b, &actions[i], deps); !ok {
 			return false
 		}
 		if len(b) > 32<<10 {
@@ -53,7 +57,14 @@ func writeActions(h hash.Hash, actions []ResourceAction) bool {
 	return true
 }
 
-func appendAction(b []byte, a *ResourceAction) ([]byte, bool) {
+// depList identifies a dependency list by its backing array and length: instances of one
+// resource share their list (config), and its JSON is built once per digest.
+type depList struct {
+	first *addrs.Instance
+	n     int
+}
+
+func appendAction(b []byte, a *ResourceAction, deps map[depList][]byte) ([]byte, bool) {
 	var ok bool
 	b = append(b, `{"address":`...)
 	b = appendJSONString(b, a.Address.String())
@@ -69,13 +80,13 @@ func appendAction(b []byte, a *ResourceAction) ([]byte, bool) {
 	b = strconv.AppendInt(b, int64(a.SchemaVersion), 10)
 	if len(a.Before) > 0 {
 		b = append(b, `,"before":`...)
-		if b, ok = appendMarshal(b, a.Before); !ok {
+		if b, ok = appendRaw(b, a.Before); !ok {
 			return nil, false
 		}
 	}
 	if len(a.After) > 0 {
 		b = append(b, `,"after":`...)
-		if b, ok = appendMarshal(b, a.After); !ok {
+		if b, ok = appendRaw(b, a.After); !ok {
 			return nil, false
 		}
 	}
@@ -86,14 +97,20 @@ func appendAction(b []byte, a *ResourceAction) ([]byte, bool) {
 		}
 	}
 	if len(a.DependsOn) > 0 {
-		b = append(b, `,"depends_on":[`...)
-		for i, d := range a.DependsOn {
-			if i > 0 {
-				b = append(b, ',')
+		k := depList{&a.DependsOn[0], len(a.DependsOn)}
+		enc, ok := deps[k]
+		if !ok {
+			enc = append(enc, `,"depends_on":[`...)
+			for i, d := range a.DependsOn {
+				if i > 0 {
+					enc = append(enc, ',')
+				}
+				enc = appendJSONString(enc, d.String())
 			}
-			b = appendJSONString(b, d.String())
+			enc = append(enc, ']')
+			deps[k] = enc
 		}
-		b = append(b, ']')
+		b = append(b, enc...)
 	}
 	if a.Driver != "" {
 		b = append(b, `,"driver":`...)
@@ -106,6 +123,20 @@ func appendAction(b []byte, a *ResourceAction) ([]byte, bool) {
 		}
 	}
 	return append(b, '}'), true
+}
+
+// appendRaw appends raw JSON as encoding/json encodes a json.RawMessage (compacted, HTML
+// characters and U+2028/U+2029 escaped): through json.Compact when there is nothing to escape
+// (the same bytes and the same errors), through encoding/json otherwise.
+func appendRaw(b []byte, raw json.RawMessage) ([]byte, bool) {
+	if bytes.ContainsAny(raw, "<>&") || bytes.IndexByte(raw, 0xE2) >= 0 {
+		return appendMarshal(b, raw)
+	}
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, raw); err != nil {
+		return nil, false
+	}
+	return buf.Bytes(), true
 }
 
 func appendMarshal(b []byte, v any) ([]byte, bool) {

@@ -48,6 +48,14 @@ func TestActionsDigestMatchesJSON(t *testing.T) {
 		{"invalid raw JSON in a change", with(func(a *ResourceAction) {
 			a.Changes = []AttrChange{{Path: "p", After: json.RawMessage(`nope`)}}
 		})},
+		{"raw JSON with spaces only", with(func(a *ResourceAction) { a.Before = json.RawMessage("{ \"a\" :\t[1, 2]\n}") })},
+		{"raw JSON with U+2028", with(func(a *ResourceAction) { a.After = json.RawMessage("{\"s\":\"a\u2028b\u2029\"}") })},
+		{"shared dependency lists", func() []ResourceAction {
+			x, y, z := full, full, full
+			y.Address = addrs.MustParseInstance("sysbox_node.web[4]")
+			z.DependsOn = full.DependsOn[:1] // the same array, shorter
+			return []ResourceAction{x, y, z, x}
+		}()},
 		{"negative schema version", with(func(a *ResourceAction) { a.SchemaVersion = -7 })},
 	}
 	for _, tt := range tests {

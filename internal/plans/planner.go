@@ -170,7 +170,7 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 	// Create graph over configured instances.
 	g := graph.New()
 	for _, ri := range desiredList {
-		g.ConnectAll(ri.Addr, ri.DependsOn)
+		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (config)
 	}
 	inScope := func(addrs.Instance) bool { return true }
 	if len(req.Targets) > 0 {
@@ -287,16 +287,20 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 				errsAt[i] = append(errsAt[i], err)
 			}
 		})
+		changing := 0 // planned Replace and Create actions (deletions are planned neither)
 		for i, ri := range todo {
 			if hs[i] == nil {
 				continue
 			}
-			if err := dependencyPlan(&acts[i], hs[i], ri, planned); err != nil {
+			if err := dependencyPlan(&acts[i], hs[i], ri, planned, changing > 0); err != nil {
 				errsAt[i] = append(errsAt[i], err)
 				hs[i] = nil
 				continue
 			}
 			planned[ri.Addr.UniqueKey()] = acts[i].Action
+			if a := acts[i].Action; a == Replace || a == Create {
+				changing++
+			}
 		}
 		parallel(len(todo), func(i int) {
 			if hs[i] != nil {
@@ -384,9 +388,10 @@ func (p *Planner) ownPlan(ri *config.ResourceInstance, prior map[string]PriorRes
 }
 
 // dependencyPlan applies, in create order, what the dependencies' actions mean for act as its
-// handler judges them (no automatic cascade), then lifecycle.prevent_destroy.
-func dependencyPlan(act *ResourceAction, h Handler, ri *config.ResourceInstance, planned map[string]Action) error {
-	if act.Action == NoOp || act.Action == Update {
+// handler judges them (no automatic cascade), then lifecycle.prevent_destroy. changing says
+// whether planned holds any Replace or Create (if not, no dependency can matter).
+func dependencyPlan(act *ResourceAction, h Handler, ri *config.ResourceInstance, planned map[string]Action, changing bool) error {
+	if changing && (act.Action == NoOp || act.Action == Update) {
 		for _, dep := range ri.DependsOn {
 			da := planned[dep.UniqueKey()]
 			if da != Replace && da != Create {
