@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -613,13 +614,17 @@ func precomputeRefs(root *Module) {
 
 // checkCycles reports a dependency cycle among instances (references cannot form one without
 // a reference cycle, already reported, but depends_on can), naming its addresses, at the
-// declaration of its first member.
+// declaration of its first member. Without depends_on and without errors so far there is no
+// cycle to find (a reference cycle is an error), and the graph is not built.
 func (e *evaluator) checkCycles() {
+	if !e.diags.HasErrors() && !slices.ContainsFunc(e.instances, func(ri *ResourceInstance) bool { return len(ri.explict) > 0 }) {
+		return
+	}
 	g := graph.New()
 	byKey := make(map[string]*ResourceInstance, len(e.instances))
 	for _, ri := range e.instances {
 		byKey[ri.Addr.UniqueKey()] = ri
-		g.ConnectAll(ri.Addr, ri.DependsOn)
+		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (link)
 	}
 	var ce *graph.CycleError
 	if err := g.Validate(); errors.As(err, &ce) && len(ce.Cycle) > 0 {
