@@ -87,43 +87,6 @@ func (f *fileStore) Snapshot(ctx context.Context, reason string) error {
 	return durable.WriteFile(filepath.Join(f.dir, fmt.Sprintf("snapshot-%d.json", f.snapshots)), b, 0o600)
 }
 
-// memStore is an in-memory StateStore (benchmarks, fast tests).
-type memStore struct {
-	mu    sync.Mutex
-	st    *states.State
-	saves int
-}
-
-func (m *memStore) Lock(ctx context.Context, op string) (func() error, error) {
-	return func() error { return nil }, nil
-}
-
-func (m *memStore) Read(ctx context.Context) (*states.State, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.st == nil {
-		return nil, nil
-	}
-	return m.st.Clone(), nil
-}
-
-func (m *memStore) Save(ctx context.Context, st *states.State, expect uint64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var serial uint64
-	if m.st != nil {
-		serial = m.st.Serial
-	}
-	if serial != expect {
-		return fmt.Errorf("conflict: expected serial %d, stored %d", expect, serial)
-	}
-	m.st = st // the saver hands over a clone it no longer touches
-	m.saves++
-	return nil
-}
-
-func (m *memStore) Snapshot(ctx context.Context, reason string) error { return nil }
-
 // ---- a small topology and a tiny planner for tests ----
 
 func mustAddr(s string) addrs.Instance { return addrs.MustParseInstance(s) }
