@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -77,9 +78,17 @@ func (g *Graph) ConnectShared(from addrs.Instance, to []addrs.Instance) {
 		}
 		g.shared[k] = ids
 	}
-	g.deps[f] = append(g.deps[f], ids...)
+	if len(g.deps[f]) == 0 {
+		g.deps[f] = ids[:len(ids):len(ids)] // shared by every node of this list; an append copies
+	} else {
+		g.deps[f] = append(g.deps[f], ids...)
+	}
 	for _, t := range ids {
-		g.rdeps[t] = append(g.rdeps[t], f)
+		r := g.rdeps[t]
+		if len(r) == cap(r) && len(r) >= 256 {
+			r = slices.Grow(r, len(r)) // double (append grows large slices by 1.25×): a shared list's nodes gain many dependents
+		}
+		g.rdeps[t] = append(r, f)
 	}
 }
 
