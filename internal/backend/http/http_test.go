@@ -3,11 +3,7 @@ package http
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"zyvor.dev/sysbox/internal/backend"
@@ -16,42 +12,9 @@ import (
 	"zyvor.dev/sysbox/internal/states"
 )
 
-// server is a minimal in-memory GET/PUT/DELETE document store.
-type server struct {
-	mu   sync.Mutex
-	doc  []byte
-	puts int
-}
-
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch r.Method {
-	case http.MethodGet:
-		if s.doc == nil {
-			http.NotFound(w, r)
-			return
-		}
-		w.Write(s.doc)
-	case http.MethodPut:
-		s.doc, _ = io.ReadAll(r.Body)
-		s.puts++
-	case http.MethodDelete:
-		if s.doc == nil {
-			http.NotFound(w, r)
-			return
-		}
-		s.doc = nil
-	default:
-		http.Error(w, "method", http.StatusMethodNotAllowed)
-	}
-}
-
-func setup(t *testing.T) (*Backend, *server) {
-	srv := &server{}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	b, err := New(ts.URL+"/state/lab", nil)
+func setup(t *testing.T) (*Backend, *backendtest.DocServer) {
+	srv := backendtest.NewDocServer(t)
+	b, err := New(srv.URL+"/state/lab", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +41,8 @@ func TestManagerRefusesMutationUnlessAllowed(t *testing.T) {
 		!strings.Contains(err.Error(), "locking, compare-and-swap") || !strings.Contains(err.Error(), "--allow-unsafe-state") {
 		t.Fatalf("got %v, want *UnsafeBackendError naming locking and compare-and-swap and --allow-unsafe-state", err)
 	}
-	if srv.puts != 0 {
-		t.Fatalf("got %d PUTs, want none", srv.puts)
+	if n := srv.Puts(); n != 0 {
+		t.Fatalf("got %d PUTs, want none", n)
 	}
 	m := backend.NewManager(b, backend.Options{AllowUnsafe: true})
 	st, err := m.Mutate(ctx, "apply", false, func(st *states.State) error {
@@ -101,7 +64,7 @@ func TestReadChecksState(t *testing.T) {
 	if st, err := b.Read(ctx); st != nil || err != nil {
 		t.Fatalf("empty: got %v %v, want nil nil", st, err)
 	}
-	srv.doc = []byte(`{"format_version": 1, "lineage": "x", "ser`)
+	srv.SetDoc([]byte(`{"format_version": 1, "lineage": "x", "ser`))
 	if _, err := b.Read(ctx); !errors.Is(err, durable.ErrCorrupt) {
 		t.Fatalf("torn document: got %v, want ErrCorrupt", err)
 	}
