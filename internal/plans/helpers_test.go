@@ -4,46 +4,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/drivertest"
 	"zyvor.dev/sysbox/internal/handlers"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
-// fakeCaps is a capability registry for tests: driver name → declared capabilities.
-type fakeCaps map[string][]driver.Capability
-
-func (f fakeCaps) Require(address, name string, caps ...driver.Capability) error {
-	have, ok := f[name]
-	if !ok {
-		return &driver.MissingCapabilityError{Address: address, Driver: name, Known: []string{"netns", "nftables"}}
-	}
-	for _, c := range caps {
-		if !slices.Contains(have, c) {
-			return &driver.MissingCapabilityError{Address: address, Driver: name, Capability: c}
-		}
-	}
-	return nil
-}
-
-func (f fakeCaps) Descriptors() []driver.Descriptor {
-	var out []driver.Descriptor
-	for _, n := range []string{"docker", "netns", "nftables"} {
-		if c, ok := f[n]; ok {
-			out = append(out, driver.Descriptor{Name: n, Version: "test-1", Capabilities: c})
-		}
-	}
-	return out
-}
-
-func allCaps() fakeCaps {
-	return fakeCaps{
+func allCaps() drivertest.Caps {
+	return drivertest.Caps{
 		"docker":   {driver.CapArtifact, driver.CapNodeLifecycle, driver.CapNodeState, driver.CapNIC},
 		"netns":    {driver.CapArtifact, driver.CapManagedNetwork, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapGuestExec, driver.CapReset},
 		"nftables": {driver.CapPolicy},

@@ -8,6 +8,7 @@ import (
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/drivertest"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -338,7 +339,7 @@ resource "sysbox_node" "vm" {
   artifact = sysbox_artifact.root
 }`
 	pl := planner()
-	pl.Capabilities = fakeCaps{"docker": {driver.CapArtifact}, "firecracker": {driver.CapNodeLifecycle, driver.CapNodeState}}
+	pl.Capabilities = drivertest.Caps{"docker": {driver.CapArtifact}, "firecracker": {driver.CapNodeLifecycle, driver.CapNodeState}}
 	tp := topo(t, map[string]string{"main.sysbox.hcl": src}, nil)
 	first, err := pl.Plan(plans.Request{Topology: tp, Prior: &plans.MemoryState{}, Facts: facts(tp, nil)})
 	if err != nil {

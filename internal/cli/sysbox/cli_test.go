@@ -13,30 +13,12 @@ import (
 	"testing"
 
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/drivertest"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/secrets"
 )
 
-type fakeCaps map[string][]driver.Capability
-
-func (f fakeCaps) Require(address, name string, caps ...driver.Capability) error {
-	have, ok := f[name]
-	if !ok {
-		return &driver.MissingCapabilityError{Address: address, Driver: name, Known: []string{"netns", "nftables"}}
-	}
-	for _, c := range caps {
-		if !slices.Contains(have, c) {
-			return &driver.MissingCapabilityError{Address: address, Driver: name, Capability: c}
-		}
-	}
-	return nil
-}
-
-func (f fakeCaps) Descriptors() []driver.Descriptor {
-	return []driver.Descriptor{{Name: "netns", Version: "t", Capabilities: f["netns"]}, {Name: "nftables", Version: "t", Capabilities: f["nftables"]}}
-}
-
-var caps = fakeCaps{
+var caps = drivertest.Caps{
 	"netns":    {driver.CapManagedNetwork, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapGuestExec},
 	"nftables": {driver.CapPolicy},
 }
