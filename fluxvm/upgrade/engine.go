@@ -320,34 +320,45 @@ func (t *tx) forward(ctx context.Context) error {
 				}
 				return t.appendEvent(Event{Type: EvRollbackBegin, Reason: fmt.Sprintf("component %s: apply interrupted", c.Name)})
 			}
-			if err := interrupted(ctx); err != nil {
-				return err
-			}
-			attempt := st.Attempts + 1
-			if err := t.appendEvent(Event{Type: EvStepStart, Component: c.Name, Step: step, Attempt: attempt}); err != nil {
-				return err
-			}
-			t.e.progressf("%s: %s ...", c.Name, step)
-			detail, stepErr := t.runForward(ctx, c, step, attempt)
-			t.e.failpoint("ran:" + c.Name + ":" + step)
-			if err := interrupted(ctx); err != nil && stepErr != nil {
-				// Stopped by a signal, not failed: leave the outcome unjournaled, exactly as a
-				// crash would, so resume or rollback decide.
+			stepErr, err := t.runStep(ctx, c, step, st.Attempts+1, t.runForward)
+			if err != nil {
 				return err
 			}
 			if stepErr != nil {
-				t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
-				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
-					return err
-				}
 				return t.appendEvent(Event{Type: EvRollbackBegin, Reason: fmt.Sprintf("component %s: %s failed: %v", c.Name, step, stepErr)})
-			}
-			if err := t.appendEvent(Event{Type: EvStepDone, Component: c.Name, Step: step, Attempt: attempt, Detail: detail}); err != nil {
-				return err
 			}
 		}
 	}
 	return t.appendEvent(Event{Type: EvEnd, State: StateCommitted})
+}
+
+// runStep runs one attempt of a step and journals its start and its outcome. stepErr is the
+// step's own failure (journaled as failed; the caller decides what follows); err is a journal
+// write error or an interruption, which stop the engine. A step stopped by a signal is left
+// unjournaled, exactly as a crash would leave it, so that resume or rollback decide.
+func (t *tx) runStep(ctx context.Context, c *Component, step string, attempt int,
+	run func(ctx context.Context, c *Component, step string, attempt int) (json.RawMessage, error)) (stepErr, err error) {
+	if err := interrupted(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.appendEvent(Event{Type: EvStepStart, Component: c.Name, Step: step, Attempt: attempt}); err != nil {
+		return nil, err
+	}
+	t.e.progressf("%s: %s ...", c.Name, step)
+	detail, stepErr := run(ctx, c, step, attempt)
+	t.e.failpoint("ran:" + c.Name + ":" + step)
+	if err := interrupted(ctx); err != nil && stepErr != nil {
+		// Stopped by a signal, not failed.
+		return nil, err
+	}
+	if stepErr != nil {
+		t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
+		if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
+			return nil, err
+		}
+		return stepErr, nil
+	}
+	return nil, t.appendEvent(Event{Type: EvStepDone, Component: c.Name, Step: step, Attempt: attempt, Detail: detail})
 }
 
 func (t *tx) runForward(ctx context.Context, c *Component, step string, attempt int) (json.RawMessage, error) {
@@ -413,32 +424,15 @@ func (t *tx) rollbackPhase(ctx context.Context) error {
 			if step == StepRollbackHealth && t.componentRollbackFailed(c) {
 				continue
 			}
-			if err := interrupted(ctx); err != nil {
-				return err
-			}
-			attempt := st.Attempts + 1
-			if err := t.appendEvent(Event{Type: EvStepStart, Component: c.Name, Step: step, Attempt: attempt}); err != nil {
-				return err
-			}
-			t.e.progressf("%s: %s ...", c.Name, step)
-			detail, stepErr := t.runRollbackStep(ctx, c, step, attempt)
-			t.e.failpoint("ran:" + c.Name + ":" + step)
-			if err := interrupted(ctx); err != nil && stepErr != nil {
+			stepErr, err := t.runStep(ctx, c, step, st.Attempts+1, t.runRollbackStep)
+			if err != nil {
 				return err
 			}
 			if stepErr != nil {
-				t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
-				if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
-					return err
-				}
 				failures = append(failures, fmt.Sprintf("component %s: %s: %v", c.Name, step, stepErr))
 				if step == StepRollback {
 					break
 				}
-				continue
-			}
-			if err := t.appendEvent(Event{Type: EvStepDone, Component: c.Name, Step: step, Attempt: attempt, Detail: detail}); err != nil {
-				return err
 			}
 		}
 	}
