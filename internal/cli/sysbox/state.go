@@ -94,6 +94,27 @@ func (a *App) stateManager(ctx context.Context, sf *stateFlags) (*backend.Manage
 	return backend.NewManager(be, backend.Options{AllowUnsafe: sf.allowUnsafe, LockTimeout: sf.lockTimeout}), nil
 }
 
+// readState reads the state through the backend sf selects (no lock: reads need none).
+func (a *App) readState(ctx context.Context, sf *stateFlags) (*states.State, error) {
+	m, err := a.stateManager(ctx, sf)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Backend().Close()
+	return m.Read(ctx)
+}
+
+// mutateState changes the state through the backend sf selects: fn runs under the state lock,
+// after a snapshot, and its result is saved by compare-and-swap (backend.Manager.Mutate).
+func (a *App) mutateState(ctx context.Context, sf *stateFlags, op string, fn func(*states.State) error) (*states.State, error) {
+	m, err := a.stateManager(ctx, sf)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Backend().Close()
+	return m.Mutate(ctx, op, true, fn)
+}
+
 func parseAddrArg(what, s string) (addrs.Instance, error) {
 	a, err := addrs.ParseInstance(s)
 	if err != nil {
@@ -116,12 +137,7 @@ func newStateListCommand(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m, err := app.stateManager(cmd.Context(), &sf)
-			if err != nil {
-				return err
-			}
-			defer m.Backend().Close()
-			st, err := m.Read(cmd.Context())
+			st, err := app.readState(cmd.Context(), &sf)
 			if err != nil {
 				return err
 			}
@@ -194,12 +210,7 @@ func newStateShowCommand(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m, err := app.stateManager(cmd.Context(), &sf)
-			if err != nil {
-				return err
-			}
-			defer m.Backend().Close()
-			st, err := m.Read(cmd.Context())
+			st, err := app.readState(cmd.Context(), &sf)
 			if err != nil {
 				return err
 			}
@@ -354,12 +365,7 @@ func newStateMvCommand(app *App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m, err := app.stateManager(cmd.Context(), &sf)
-			if err != nil {
-				return err
-			}
-			defer m.Backend().Close()
-			st, err := m.Mutate(cmd.Context(), "state mv", true, func(st *states.State) error {
+			st, err := app.mutateState(cmd.Context(), &sf, "state mv", func(st *states.State) error {
 				return st.Move(from, to, time.Now())
 			})
 			if err != nil {
@@ -392,12 +398,7 @@ func newStateRmCommand(app *App) *cobra.Command {
 				}
 				targets = append(targets, a)
 			}
-			m, err := app.stateManager(cmd.Context(), &sf)
-			if err != nil {
-				return err
-			}
-			defer m.Backend().Close()
-			st, err := m.Mutate(cmd.Context(), "state rm", true, func(st *states.State) error {
+			st, err := app.mutateState(cmd.Context(), &sf, "state rm", func(st *states.State) error {
 				var missing []error
 				for _, a := range targets {
 					if !st.Remove(a) {
