@@ -667,23 +667,38 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 
 // StartNode starts the node (idempotent).
 func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substrate.NodeSpec) error {
+	return d.setRunning(ctx, "StartNode", h, spec.Owner, true)
+}
+
+// setRunning starts or stops the node after checking its marker (idempotent); op names the
+// call for failpoints and the world's commit.
+func (d *Driver) setRunning(ctx context.Context, op string, h substrate.Handle, owner substrate.Owner, running bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.enter(ctx, "StartNode"); err != nil {
+	if err := d.enter(ctx, op); err != nil {
 		return err
 	}
-	n := d.world.Nodes[h.ExternalID]
-	if n == nil {
-		return fmt.Errorf("fake node %s: %w", h.ExternalID, driver.ErrNotFound)
-	}
-	if err := owned("node", n.ID, n.Marker, spec.Owner); err != nil {
+	n, err := d.ownedNode(h.ExternalID, owner)
+	if err != nil {
 		return err
 	}
-	if n.Running {
+	if n.Running == running {
 		return nil
 	}
-	n.Running = true
-	return d.commit("StartNode")
+	n.Running = running
+	return d.commit(op)
+}
+
+// ownedNode returns node id after checking its marker against owner.
+func (d *Driver) ownedNode(id string, owner substrate.Owner) (*Node, error) {
+	n := d.world.Nodes[id]
+	if n == nil {
+		return nil, fmt.Errorf("fake node %s: %w", id, driver.ErrNotFound)
+	}
+	if err := owned("node", n.ID, n.Marker, owner); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // ObserveNode reports Present for a running node with its markers and every NIC up, Degraded
@@ -707,23 +722,7 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 
 // StopNode stops the node after checking its marker.
 func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.enter(ctx, "StopNode"); err != nil {
-		return err
-	}
-	n := d.world.Nodes[h.ExternalID]
-	if n == nil {
-		return fmt.Errorf("fake node %s: %w", h.ExternalID, driver.ErrNotFound)
-	}
-	if err := owned("node", n.ID, n.Marker, owner); err != nil {
-		return err
-	}
-	if !n.Running {
-		return nil
-	}
-	n.Running = false
-	return d.commit("StopNode")
+	return d.setRunning(ctx, "StopNode", h, owner, false)
 }
 
 // DeleteNode deletes the node, its NICs and its policies after checking the node's marker.
@@ -733,11 +732,8 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if err := d.enter(ctx, "DeleteNode"); err != nil {
 		return err
 	}
-	n := d.world.Nodes[h.ExternalID]
-	if n == nil {
-		return fmt.Errorf("fake node %s: %w", h.ExternalID, driver.ErrNotFound)
-	}
-	if err := owned("node", n.ID, n.Marker, owner); err != nil {
+	n, err := d.ownedNode(h.ExternalID, owner)
+	if err != nil {
 		return err
 	}
 	// Like a network namespace: its devices and tables go with it.
