@@ -145,6 +145,19 @@ func (a *app) loadPlan(path string, jsonOut bool) (*upgrade.Plan, error) {
 	return p, err
 }
 
+// loadPlanAndEngine loads the plan at path (see loadPlan) and builds the engine that acts on it.
+func (a *app) loadPlanAndEngine(path string, jsonOut bool) (*upgrade.Plan, *upgrade.Engine, error) {
+	p, err := a.loadPlan(path, jsonOut)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := a.engine(jsonOut)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, e, nil
+}
+
 func (a *app) validateCmd() *cobra.Command {
 	var jsonOut bool
 	c := &cobra.Command{
@@ -181,11 +194,7 @@ every declared pin present beneath it with the declared ABI and a policy its enc
 ssh-keygen and the signing key readable when signing. Exit code 8 when a check fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.loadPlan(args[0], jsonOut)
-			if err != nil {
-				return err
-			}
-			e, err := a.engine(jsonOut)
+			p, e, err := a.loadPlanAndEngine(args[0], jsonOut)
 			if err != nil {
 				return err
 			}
@@ -259,11 +268,7 @@ func (a *app) planCmd() *cobra.Command {
 		Short: "Show the exact ordered steps, per-map policy, entries, headroom and refusals; changes nothing",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.loadPlan(args[0], jsonOut)
-			if err != nil {
-				return err
-			}
-			e, err := a.engine(jsonOut)
+			p, e, err := a.loadPlanAndEngine(args[0], jsonOut)
 			if err != nil {
 				return err
 			}
@@ -319,11 +324,7 @@ func (a *app) txCmd(use, short, long string, do func(ctx context.Context, e *upg
 		Long:  long,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.loadPlan(args[0], jsonOut)
-			if err != nil {
-				return err
-			}
-			e, err := a.engine(jsonOut)
+			p, e, err := a.loadPlanAndEngine(args[0], jsonOut)
 			if err != nil {
 				return err
 			}
