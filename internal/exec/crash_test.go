@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver/fake"
+	"zyvor.dev/sysbox/internal/exec/exectest"
 )
 
 // The crash tests run the executor in a separate process (this test binary re-executed in
@@ -79,33 +79,12 @@ func crashHelper(dir, cmd string) int {
 	return 0
 }
 
-type helperRun struct {
-	killed bool
-	code   int
-	out    string
-}
-
-func runHelper(t *testing.T, dir, cmd string, env ...string) helperRun {
+func runHelper(t *testing.T, dir, cmd string, env ...string) exectest.Outcome {
 	t.Helper()
 	c := exec.Command(os.Args[0], "-test.run=^$", cmd)
 	c.Env = append(os.Environ(), envCrashHelper+"="+dir)
 	c.Env = append(c.Env, env...)
-	out, err := c.CombinedOutput()
-	r := helperRun{out: string(out)}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		ws := ee.Sys().(syscall.WaitStatus)
-		if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-			r.killed = true
-		} else {
-			r.code = ee.ExitCode()
-		}
-	default:
-		t.Fatalf("helper %s: %v", cmd, err)
-	}
-	return r
+	return exectest.Run(t, "helper "+cmd, c)
 }
 
 func copyDir(t *testing.T, from, to string) {
@@ -138,12 +117,12 @@ type crashScenario struct {
 
 func TestCrashAtEveryStep(t *testing.T) {
 	applied := func(t *testing.T, dir string) {
-		if r := runHelper(t, dir, "apply"); r.killed || r.code != 0 {
+		if r := runHelper(t, dir, "apply"); r.Killed || r.Code != 0 {
 			t.Fatalf("setup apply: %+v", r)
 		}
 	}
 	convergeApply := func(t *testing.T, dir string) {
-		if r := runHelper(t, dir, "apply"); r.killed || r.code != 0 {
+		if r := runHelper(t, dir, "apply"); r.Killed || r.Code != 0 {
 			t.Fatalf("converging apply: %+v", r)
 		}
 		h := openDir(t, dir)
@@ -157,7 +136,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 		{name: "create", setup: func(*testing.T, string) {}, cmd: "apply", converge: convergeApply},
 		{name: "replace", setup: applied, cmd: "replace", converge: convergeApply},
 		{name: "delete", setup: applied, cmd: "destroy", converge: func(t *testing.T, dir string) {
-			if r := runHelper(t, dir, "destroy"); r.killed || r.code != 0 {
+			if r := runHelper(t, dir, "destroy"); r.Killed || r.Code != 0 {
 				t.Fatalf("converging destroy: %+v", r)
 			}
 			h := openDir(t, dir)
@@ -195,9 +174,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 						env = []string{EnvFailpoint + "=" + point + "@" + strconv.Itoa(n)}
 					}
 					r := runHelper(t, dir, sc.cmd, env...)
-					if !r.killed {
-						if r.code != 0 {
-							t.Fatalf("%s with %s@%d: exit %d: %s", sc.cmd, point, n, r.code, r.out)
+					if !r.Killed {
+						if r.Code != 0 {
+							t.Fatalf("%s with %s@%d: exit %d: %s", sc.cmd, point, n, r.Code, r.Out)
 						}
 						break // the failpoint lies beyond the last step: every step was covered
 					}
@@ -219,9 +198,9 @@ func TestCrashParallel(t *testing.T) {
 	for n := 1; n < 500; n++ {
 		dir := t.TempDir()
 		r := runHelper(t, dir, "apply", EnvFailpoint+"=checkpoint@"+strconv.Itoa(n), "SYSBOX_CRASH_PARALLELISM=8")
-		if !r.killed {
-			if r.code != 0 {
-				t.Fatalf("exit %d: %s", r.code, r.out)
+		if !r.Killed {
+			if r.Code != 0 {
+				t.Fatalf("exit %d: %s", r.Code, r.Out)
 			}
 			return
 		}
@@ -242,7 +221,7 @@ func openDir(t *testing.T, dir string) *harness {
 func checkRecovered(t *testing.T, dir, what string) {
 	t.Helper()
 	r := runHelper(t, dir, "recover")
-	if r.killed || r.code != 0 {
+	if r.Killed || r.Code != 0 {
 		t.Fatalf("%s: recover: %+v", what, r)
 	}
 	h := openDir(t, dir)
@@ -260,7 +239,7 @@ func checkRecovered(t *testing.T, dir, what string) {
 	}
 	serial, muts := st.Serial, h.fake.World().Mutations
 	r = runHelper(t, dir, "recover")
-	if r.killed || r.code != 0 || !strings.Contains(r.out, "nothing to recover") {
+	if r.Killed || r.Code != 0 || !strings.Contains(r.Out, "nothing to recover") {
 		t.Fatalf("%s: second recover: %+v", what, r)
 	}
 	h = openDir(t, dir)
@@ -278,7 +257,7 @@ func TestCrashDuringRecovery(t *testing.T) {
 	for _, n := range []int{8, 14, 20} { // inside node creation (created, attached, wired …)
 		base := t.TempDir()
 		r := runHelper(t, base, "apply", EnvFailpoint+"=checkpoint@"+strconv.Itoa(n))
-		if !r.killed {
+		if !r.Killed {
 			t.Fatalf("apply not killed at checkpoint@%d", n)
 		}
 		kills := 0
@@ -286,8 +265,8 @@ func TestCrashDuringRecovery(t *testing.T) {
 			dir := t.TempDir()
 			copyDir(t, base, dir)
 			r := runHelper(t, dir, "recover", EnvFailpoint+"=checkpoint@"+strconv.Itoa(m))
-			if !r.killed {
-				if r.code != 0 {
+			if !r.Killed {
+				if r.Code != 0 {
 					t.Fatalf("recover with checkpoint@%d: %+v", m, r)
 				}
 				break

@@ -818,7 +818,7 @@ func TestRecoveryReconfiguresGuestNetworkAfterReattach(t *testing.T) {
 	t.Run("recovery killed before configuring", func(t *testing.T) {
 		h := interruptedWithLostNIC(t)
 		r := runHelper(t, h.dir, "recover", "SYSBOX_FAKE_FAILPOINTS=ConfigureGuestNetwork@1=crash")
-		if !r.killed {
+		if !r.Killed {
 			t.Fatalf("recover with a crash at ConfigureGuestNetwork: got %+v, want it killed", r)
 		}
 		h = openDir(t, h.dir)

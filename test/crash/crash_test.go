@@ -9,7 +9,6 @@ package crash
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,12 +16,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"zyvor.dev/sysbox/internal/backend/local"
 	"zyvor.dev/sysbox/internal/driver/fake"
 	execpkg "zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/exec/exectest"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/internal/testenv"
 )
@@ -108,40 +107,19 @@ resource "sysbox_firewall" "web" {
 
 const secret = "crash-test-token-plaintext"
 
-type result struct {
-	killed bool
-	code   int
-	out    string
-}
-
-func run(t *testing.T, dir string, env []string, args ...string) result {
+func run(t *testing.T, dir string, env []string, args ...string) exectest.Outcome {
 	t.Helper()
 	c := exec.Command(binary, args...)
 	c.Dir = dir
 	c.Env = append(os.Environ(), "SYSBOX_TEST_FAKE_WORLD="+filepath.Join(dir, "world.json"), "WEB_TOKEN="+secret)
 	c.Env = append(c.Env, env...)
-	out, err := c.CombinedOutput()
-	r := result{out: string(out)}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		ws := ee.Sys().(syscall.WaitStatus)
-		if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-			r.killed = true
-		} else {
-			r.code = ee.ExitCode()
-		}
-	default:
-		t.Fatalf("run %v: %v", args, err)
-	}
-	return r
+	return exectest.Run(t, fmt.Sprintf("run %v", args), c)
 }
 
-func must(t *testing.T, r result, what string) {
+func must(t *testing.T, r exectest.Outcome, what string) {
 	t.Helper()
-	if r.killed || r.code != 0 {
-		t.Fatalf("%s: killed=%v exit=%d\n%s", what, r.killed, r.code, r.out)
+	if r.Killed || r.Code != 0 {
+		t.Fatalf("%s: killed=%v exit=%d\n%s", what, r.Killed, r.Code, r.Out)
 	}
 }
 
@@ -277,8 +255,8 @@ func recovered(t *testing.T, dir, what string) {
 	muts := mutations(t, dir)
 	r := run(t, dir, nil, "recover")
 	must(t, r, what+": second recover")
-	if !strings.Contains(r.out, "Nothing to recover") {
-		t.Fatalf("%s: second recover did something:\n%s", what, r.out)
+	if !strings.Contains(r.Out, "Nothing to recover") {
+		t.Fatalf("%s: second recover did something:\n%s", what, r.Out)
 	}
 	var serial2 uint64
 	if st := readState(t, dir); st != nil {
@@ -336,7 +314,7 @@ func TestKillRealBinaryAtEveryStep(t *testing.T) {
 						env = []string{fake.EnvFailpoints + "=mutation@" + strconv.Itoa(n) + "=crash"}
 					}
 					r := run(t, dir, env, sc.args...)
-					if !r.killed {
+					if !r.Killed {
 						must(t, r, fmt.Sprintf("%v with %s@%d", sc.args, point, n))
 						break // beyond the last step: every step was covered
 					}
@@ -361,7 +339,7 @@ func TestNoSecretInDurableFiles(t *testing.T) {
 	must(t, run(t, dir, nil, "apply", "-auto-approve"), "apply")
 	must(t, run(t, dir, nil, "reset", "sysbox_node.web[1]"), "reset")
 	r := run(t, dir, []string{execpkg.EnvFailpoint + "=checkpoint@6"}, "reset", "sysbox_node.web[0]")
-	if !r.killed {
+	if !r.Killed {
 		t.Fatalf("reset was not killed: %+v", r)
 	}
 	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
@@ -385,25 +363,13 @@ func TestKillRealBinaryRealDrivers(t *testing.T) {
 	testenv.RequireRoot(t)
 	_, file, _, _ := runtime.Caller(0)
 	example := filepath.Join(filepath.Dir(file), "..", "..", "examples", "lab-small")
-	real := func(t *testing.T, dir string, env []string, args ...string) result {
+	real := func(t *testing.T, dir string, env []string, args ...string) exectest.Outcome {
 		t.Helper()
 		c := exec.Command(binary, args...)
 		c.Dir = dir
 		c.Env = append(os.Environ(), "WEB_TOKEN="+secret)
 		c.Env = append(c.Env, env...)
-		out, err := c.CombinedOutput()
-		r := result{out: string(out)}
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-				r.killed = true
-			} else {
-				r.code = ee.ExitCode()
-			}
-		} else if err != nil {
-			t.Fatalf("run %v: %v", args, err)
-		}
-		return r
+		return exectest.Run(t, fmt.Sprintf("run %v", args), c)
 	}
 	for _, sc := range []struct {
 		name  string
@@ -420,35 +386,35 @@ func TestKillRealBinaryRealDrivers(t *testing.T) {
 				copyTree(t, example, dir)
 				t.Cleanup(func() { real(t, dir, nil, "destroy", "-auto-approve") })
 				if sc.setup {
-					if r := real(t, dir, nil, "apply", "-auto-approve"); r.killed || r.code != 0 {
+					if r := real(t, dir, nil, "apply", "-auto-approve"); r.Killed || r.Code != 0 {
 						t.Fatalf("setup apply: %+v", r)
 					}
 				}
 				r := real(t, dir, []string{execpkg.EnvFailpoint + "=checkpoint@" + strconv.Itoa(n)}, sc.args...)
 				what := fmt.Sprintf("%s killed at checkpoint@%d", strings.Join(sc.args, " "), n)
-				if !r.killed {
-					if r.code != 0 {
+				if !r.Killed {
+					if r.Code != 0 {
 						t.Fatalf("%s: %+v", what, r)
 					}
 					break // beyond the last step
 				}
 				kills++
-				if r := real(t, dir, nil, "recover"); r.killed || r.code != 0 {
+				if r := real(t, dir, nil, "recover"); r.Killed || r.Code != 0 {
 					t.Fatalf("%s: recover: %+v", what, r)
 				}
 				r = real(t, dir, nil, "refresh")
-				if r.code != 0 {
+				if r.Code != 0 {
 					t.Fatalf("%s: refresh: %+v", what, r)
 				}
-				for _, line := range strings.Split(strings.TrimSpace(r.out), "\n") {
+				for _, line := range strings.Split(strings.TrimSpace(r.Out), "\n") {
 					if strings.HasPrefix(line, "sysbox_") && !strings.HasSuffix(line, ": present") {
-						t.Fatalf("%s: after recovery: %s\n%s", what, line, r.out)
+						t.Fatalf("%s: after recovery: %s\n%s", what, line, r.Out)
 					}
 				}
-				if r := real(t, dir, nil, "recover"); r.code != 0 || !strings.Contains(r.out, "Nothing to recover") {
+				if r := real(t, dir, nil, "recover"); r.Code != 0 || !strings.Contains(r.Out, "Nothing to recover") {
 					t.Fatalf("%s: second recover: %+v", what, r)
 				}
-				if r := real(t, dir, nil, "destroy", "-auto-approve"); r.code != 0 || !strings.Contains(r.out, "Residue audit: no object") {
+				if r := real(t, dir, nil, "destroy", "-auto-approve"); r.Code != 0 || !strings.Contains(r.Out, "Residue audit: no object") {
 					t.Fatalf("%s: destroy: %+v", what, r)
 				}
 			}
