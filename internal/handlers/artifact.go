@@ -99,9 +99,9 @@ func (*Artifact) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnos
 
 // Desired implements plans.Handler: it completes the stored form with the artifact's digest.
 func (*Artifact) Desired(ri *config.ResourceInstance, facts plans.Facts) (json.RawMessage, error) {
-	c, ok := ri.Config.(ArtifactConfig)
-	if !ok {
-		return nil, fmt.Errorf("%s: internal error: config is %T", ri.Addr, ri.Config)
+	c, err := configOf[ArtifactConfig](ri)
+	if err != nil {
+		return nil, err
 	}
 	id, ok := facts.Artifacts[ri.Addr.String()]
 	if !ok || id.Digest == "" {
@@ -128,12 +128,5 @@ func (*Artifact) Diff(prior, desired json.RawMessage) (plans.Diff, error) {
 
 // Requirements implements plans.Handler.
 func (*Artifact) Requirements(attrs json.RawMessage, action plans.Action) (plans.Requirement, error) {
-	var c ArtifactConfig
-	if err := json.Unmarshal(attrs, &c); err != nil {
-		return plans.Requirement{}, err
-	}
-	if action == plans.NoOp {
-		return plans.Requirement{Driver: c.Driver}, nil
-	}
-	return plans.Requirement{Driver: c.Driver, Capabilities: []driver.Capability{driver.CapArtifact}}, nil
+	return driverRequirement(attrs, action, driver.CapArtifact)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/plans"
 )
 
@@ -426,4 +427,37 @@ func canonical(b json.RawMessage) string {
 
 func marshalStored(v any) (json.RawMessage, error) {
 	return json.Marshal(v)
+}
+
+// configOf returns ri's configuration as its handler's Decode made it.
+func configOf[T any](ri *config.ResourceInstance) (T, error) {
+	c, ok := ri.Config.(T)
+	if !ok {
+		return c, fmt.Errorf("%s: internal error: config is %T", ri.Addr, ri.Config)
+	}
+	return c, nil
+}
+
+// storedConfig is Desired for a resource whose stored form is its configuration unchanged.
+func storedConfig[T any](ri *config.ResourceInstance) (json.RawMessage, error) {
+	c, err := configOf[T](ri)
+	if err != nil {
+		return nil, err
+	}
+	return marshalStored(c)
+}
+
+// driverRequirement is Requirements for a resource that needs caps of its driver to change and
+// only the driver itself when nothing changes.
+func driverRequirement(attrs json.RawMessage, action plans.Action, caps ...driver.Capability) (plans.Requirement, error) {
+	var c struct {
+		Driver string `json:"driver"`
+	}
+	if err := json.Unmarshal(attrs, &c); err != nil {
+		return plans.Requirement{}, err
+	}
+	if action == plans.NoOp {
+		return plans.Requirement{Driver: c.Driver}, nil
+	}
+	return plans.Requirement{Driver: c.Driver, Capabilities: caps}, nil
 }

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"encoding/json"
-	"fmt"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hcldec"
@@ -71,11 +70,7 @@ func (*Network) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnost
 
 // Desired implements plans.Handler.
 func (*Network) Desired(ri *config.ResourceInstance, _ plans.Facts) (json.RawMessage, error) {
-	c, ok := ri.Config.(NetworkConfig)
-	if !ok {
-		return nil, fmt.Errorf("%s: internal error: config is %T", ri.Addr, ri.Config)
-	}
-	return marshalStored(c)
+	return storedConfig[NetworkConfig](ri)
 }
 
 // Diff implements plans.Handler: a network has no in-place update; any change replaces it.
@@ -90,12 +85,5 @@ func (*Network) DependencyChanged(*config.ResourceInstance, addrs.Instance, plan
 
 // Requirements implements plans.Handler.
 func (*Network) Requirements(attrs json.RawMessage, action plans.Action) (plans.Requirement, error) {
-	var c NetworkConfig
-	if err := json.Unmarshal(attrs, &c); err != nil {
-		return plans.Requirement{}, err
-	}
-	if action == plans.NoOp {
-		return plans.Requirement{Driver: c.Driver}, nil
-	}
-	return plans.Requirement{Driver: c.Driver, Capabilities: []driver.Capability{driver.CapManagedNetwork}}, nil
+	return driverRequirement(attrs, action, driver.CapManagedNetwork)
 }

@@ -264,9 +264,9 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 
 // Desired implements plans.Handler: the configuration plus the baseline digests.
 func (*Node) Desired(ri *config.ResourceInstance, facts plans.Facts) (json.RawMessage, error) {
-	c, ok := ri.Config.(NodeConfig)
-	if !ok {
-		return nil, fmt.Errorf("%s: internal error: config is %T", ri.Addr, ri.Config)
+	c, err := configOf[NodeConfig](ri)
+	if err != nil {
+		return nil, err
 	}
 	if c.Artifact != "" {
 		c.ArtifactDigest = facts.Artifacts[c.Artifact].Digest

@@ -211,11 +211,7 @@ func (*Firewall) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnos
 
 // Desired implements plans.Handler.
 func (*Firewall) Desired(ri *config.ResourceInstance, _ plans.Facts) (json.RawMessage, error) {
-	c, ok := ri.Config.(FirewallConfig)
-	if !ok {
-		return nil, fmt.Errorf("%s: internal error: config is %T", ri.Addr, ri.Config)
-	}
-	return marshalStored(c)
+	return storedConfig[FirewallConfig](ri)
 }
 
 // Diff implements plans.Handler.
@@ -239,20 +235,7 @@ func policyDepChanged(ok bool, node string, dep addrs.Instance, a plans.Action) 
 
 // Requirements implements plans.Handler.
 func (*Firewall) Requirements(attrs json.RawMessage, action plans.Action) (plans.Requirement, error) {
-	return policyRequirements(attrs, action)
-}
-
-func policyRequirements(attrs json.RawMessage, action plans.Action) (plans.Requirement, error) {
-	var c struct {
-		Driver string `json:"driver"`
-	}
-	if err := json.Unmarshal(attrs, &c); err != nil {
-		return plans.Requirement{}, err
-	}
-	if action == plans.NoOp {
-		return plans.Requirement{Driver: c.Driver}, nil
-	}
-	return plans.Requirement{Driver: c.Driver, Capabilities: []driver.Capability{driver.CapPolicy}}, nil
+	return driverRequirement(attrs, action, driver.CapPolicy)
 }
 
 // Router handles sysbox_router: forwarding plus NAT on a node (S9).
@@ -336,11 +319,7 @@ func (*Router) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnosti
 
 // Desired implements plans.Handler.
 func (*Router) Desired(ri *config.ResourceInstance, _ plans.Facts) (json.RawMessage, error) {
-	c, ok := ri.Config.(RouterConfig)
-	if !ok {
-		return nil, fmt.Errorf("%s: internal error: config is %T", ri.Addr, ri.Config)
-	}
-	return marshalStored(c)
+	return storedConfig[RouterConfig](ri)
 }
 
 // Diff implements plans.Handler.
@@ -356,7 +335,7 @@ func (*Router) DependencyChanged(ri *config.ResourceInstance, dep addrs.Instance
 
 // Requirements implements plans.Handler.
 func (*Router) Requirements(attrs json.RawMessage, action plans.Action) (plans.Requirement, error) {
-	return policyRequirements(attrs, action)
+	return driverRequirement(attrs, action, driver.CapPolicy)
 }
 
 // RepairsInPlace implements plans.InPlaceRepairer: drifted policy is re-applied atomically.
