@@ -13,6 +13,7 @@ import (
 	"zyvor.dev/sysbox/drivers/nftables"
 	"zyvor.dev/sysbox/internal/backend"
 	"zyvor.dev/sysbox/internal/backend/backends"
+	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/fake"
 	"zyvor.dev/sysbox/internal/exec"
@@ -119,14 +120,9 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 	if err != nil {
 		return nil, err
 	}
-	b := l.top.Substrate.Backend
-	settings, err := a.backendSettings(ctx, b)
+	be, err := a.openConfiguredBackend(ctx, l.top.Substrate.Backend)
 	if err != nil {
 		return nil, err
-	}
-	be, err := backendsOpen(ctx, b.Name, settings)
-	if err != nil {
-		return nil, fmt.Errorf("state backend %s: %w", b.Name, err)
 	}
 	mgr := backend.NewManager(be, backend.Options{AllowUnsafe: f.allowUnsafe, LockTimeout: f.lockTimeout})
 	rt := &runtime{app: a, l: l, reg: reg, mgr: mgr, close: func() { be.Close() },
@@ -158,6 +154,20 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 
 // backendsOpen is a seam for tests.
 var backendsOpen = openBackend
+
+// openConfiguredBackend opens the state backend a topology's substrate block configures, its
+// settings resolved (secret references included) from the environment.
+func (a *App) openConfiguredBackend(ctx context.Context, b *config.NamedAttrs) (backend.Backend, error) {
+	settings, err := a.backendSettings(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	be, err := backendsOpen(ctx, b.Name, settings)
+	if err != nil {
+		return nil, fmt.Errorf("state backend %s: %w", b.Name, err)
+	}
+	return be, nil
+}
 
 // desired plans the configuration against st (read-only use: reset, refresh, import) and
 // returns executor actions carrying every configured resource's desired spec.

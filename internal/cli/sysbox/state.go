@@ -14,7 +14,6 @@ import (
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/backend"
-	"zyvor.dev/sysbox/internal/backend/backends"
 	"zyvor.dev/sysbox/internal/backend/local"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -74,16 +73,7 @@ func (a *App) openStateBackend(ctx context.Context, sf *stateFlags) (backend.Bac
 		a.printDiags(a.Env.Stderr, l)
 		return nil, &silentExit{code: ExitError}
 	}
-	b := l.top.Substrate.Backend
-	settings, err := a.backendSettings(ctx, b)
-	if err != nil {
-		return nil, err
-	}
-	be, err := backends.Open(ctx, b.Name, settings)
-	if err != nil {
-		return nil, fmt.Errorf("state backend %s: %w", b.Name, err)
-	}
-	return be, nil
+	return a.openConfiguredBackend(ctx, l.top.Substrate.Backend)
 }
 
 func (a *App) stateManager(ctx context.Context, sf *stateFlags) (*backend.Manager, error) {

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/zclconf/go-cty/cty"
 	"zyvor.dev/sysbox/internal/addrs"
-	"zyvor.dev/sysbox/internal/backend/backends"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/handlers"
 	"zyvor.dev/sysbox/internal/plans"
@@ -210,13 +209,9 @@ func artifactFacts(top *config.Topology) (plans.Facts, error) {
 // priorState reads the topology's state through its configured backend (read only).
 func (a *App) priorState(ctx context.Context, top *config.Topology) (plans.PriorState, error) {
 	b := top.Substrate.Backend
-	settings, err := a.backendSettings(ctx, b)
+	be, err := a.openConfiguredBackend(ctx, b)
 	if err != nil {
 		return nil, err
-	}
-	be, err := backends.Open(ctx, b.Name, settings)
-	if err != nil {
-		return nil, fmt.Errorf("state backend %s: %w", b.Name, err)
 	}
 	defer be.Close()
 	st, err := be.Read(ctx)
