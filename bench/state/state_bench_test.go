@@ -121,6 +121,17 @@ type opener struct {
 	open func(b *testing.B) backend.Backend
 }
 
+// openSaved opens a fresh backend and saves a state of size resources in it (serial 1).
+func (o opener) openSaved(b *testing.B) backend.Backend {
+	be := o.open(b)
+	st := topology(size)
+	st.Serial = 1
+	if err := be.(backend.Writer).Save(context.Background(), st, 0); err != nil {
+		b.Fatal(err)
+	}
+	return be
+}
+
 // backends lists the backends to measure; each open gives a fresh, empty state.
 func backends() []opener {
 	ctx := context.Background()
@@ -188,12 +199,7 @@ func BenchmarkRead(b *testing.B) {
 	ctx := context.Background()
 	for _, o := range backends() {
 		b.Run(fmt.Sprintf("%s/%d", o.name, size), func(b *testing.B) {
-			be := o.open(b)
-			st := topology(size)
-			st.Serial = 1
-			if err := be.(backend.Writer).Save(ctx, st, 0); err != nil {
-				b.Fatal(err)
-			}
+			be := o.openSaved(b)
 			done := measureCPU(b)
 			for b.Loop() {
 				got, err := be.Read(ctx)
@@ -212,12 +218,7 @@ func BenchmarkManagerMutate(b *testing.B) {
 	ctx := context.Background()
 	for _, o := range backends() {
 		b.Run(fmt.Sprintf("%s/%d", o.name, size), func(b *testing.B) {
-			be := o.open(b)
-			st := topology(size)
-			st.Serial = 1
-			if err := be.(backend.Writer).Save(ctx, st, 0); err != nil {
-				b.Fatal(err)
-			}
+			be := o.openSaved(b)
 			m := backend.NewManager(be, backend.Options{})
 			done := measureCPU(b)
 			for b.Loop() {
