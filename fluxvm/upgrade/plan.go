@@ -359,21 +359,32 @@ func (d *decoder) signing(path string, n *node) *Signing {
 
 var componentNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
+// name reads the required "name" field of object m at path (a component's or a map's: what),
+// reporting a missing or malformed one; "" then.
+func (d *decoder) name(path string, n *node, m map[string]*node, what string) string {
+	v, ok := m["name"]
+	if !ok {
+		d.add(path+".name", n, "missing required field")
+		return ""
+	}
+	s, ok := d.str(path+".name", v)
+	if !ok {
+		return ""
+	}
+	if !componentNamePattern.MatchString(s) || s == "." || s == ".." {
+		d.add(path+".name", v, "%s name %q must be 1-64 characters of [A-Za-z0-9._-]", what, s)
+		return ""
+	}
+	return s
+}
+
 func (d *decoder) component(path string, n *node, p *Plan, rootOK bool, files, pins map[string]string) Component {
 	var c Component
 	m := d.object(path, n, "name", "hooks", "files", "maps", "state_abi")
 	if m == nil {
 		return c
 	}
-	if v, ok := m["name"]; !ok {
-		d.add(path+".name", n, "missing required field")
-	} else if s, ok := d.str(path+".name", v); ok {
-		if !componentNamePattern.MatchString(s) || s == "." || s == ".." {
-			d.add(path+".name", v, "component name %q must be 1-64 characters of [A-Za-z0-9._-]", s)
-		} else {
-			c.Name = s
-		}
-	}
+	c.Name = d.name(path, n, m, "component")
 	if v, ok := m["hooks"]; !ok {
 		d.add(path+".hooks", n, "missing required field")
 	} else {
@@ -511,15 +522,7 @@ func (d *decoder) mapDecl(path string, n *node, p *Plan, rootOK bool) Map {
 	if m == nil {
 		return mm
 	}
-	if v, ok := m["name"]; !ok {
-		d.add(path+".name", n, "missing required field")
-	} else if s, ok := d.str(path+".name", v); ok {
-		if !componentNamePattern.MatchString(s) || s == "." || s == ".." {
-			d.add(path+".name", v, "map name %q must be 1-64 characters of [A-Za-z0-9._-]", s)
-		} else {
-			mm.Name = s
-		}
-	}
+	mm.Name = d.name(path, n, m, "map")
 	if v, ok := m["pin"]; !ok {
 		d.add(path+".pin", n, "missing required field")
 	} else if s, ok := d.str(path+".pin", v); ok && rootOK {
