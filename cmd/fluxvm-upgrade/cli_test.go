@@ -140,20 +140,8 @@ func TestRolledBackAndManualInterventionExitCodes(t *testing.T) {
 func TestPlanModifiedAndLockHeld(t *testing.T) {
 	wait := filepath.Join(t.TempDir(), "go")
 	w := newWorldOpts(t, worldOpts{waitFile: wait})
-	cmd := exec.Command(w.bin, "run", w.plan)
-	cmd.Env = append(os.Environ(), "FLUXVM_UPGRADE_TEST_FAKE_BPF="+w.fake)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd := w.startRunInPreflight(t) // the first process is inside alpha's preflight hook
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	// wait until the first process is inside alpha's preflight hook
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(string(mustRead(w.order)), "alpha/preflight") {
-		if time.Now().After(deadline) {
-			t.Fatal("first process never reached preflight")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	for _, args := range [][]string{{"resume", w.plan}, {"rollback", w.plan}, {"run", w.plan}} {
 		start := time.Now()
 		r := w.run("", args...)
@@ -283,19 +271,7 @@ func TestCorruptJournalExitCode(t *testing.T) {
 func TestSIGTERMLeavesTransactionRunning(t *testing.T) {
 	wait := filepath.Join(t.TempDir(), "never")
 	w := newWorldOpts(t, worldOpts{waitFile: wait})
-	cmd := exec.Command(w.bin, "run", w.plan)
-	cmd.Env = append(os.Environ(), "FLUXVM_UPGRADE_TEST_FAKE_BPF="+w.fake)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(string(mustRead(w.order)), "alpha/preflight") {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("never reached preflight")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd := w.startRunInPreflight(t)
 	cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()
 	if cmd.ProcessState.ExitCode() != exitRunning {
@@ -317,19 +293,7 @@ func TestOrphanedHookBlocksRecovery(t *testing.T) {
 	wait := filepath.Join(t.TempDir(), "release")
 	t.Cleanup(func() { os.WriteFile(wait, nil, 0o644) }) // never leave the hook looping
 	w := newWorldOpts(t, worldOpts{waitFile: wait})
-	cmd := exec.Command(w.bin, "run", w.plan)
-	cmd.Env = append(os.Environ(), "FLUXVM_UPGRADE_TEST_FAKE_BPF="+w.fake)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(string(mustRead(w.order)), "alpha/preflight") {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("never reached preflight")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd := w.startRunInPreflight(t)
 	cmd.Process.Kill() // the engine dies mid-hook; the hook lives on
 	cmd.Wait()
 	for _, args := range [][]string{{"resume", w.plan}, {"rollback", w.plan}} {
@@ -342,7 +306,7 @@ func TestOrphanedHookBlocksRecovery(t *testing.T) {
 		t.Errorf("reconcile beside an orphaned hook: %s", r.stdout)
 	}
 	os.WriteFile(wait, nil, 0o644)
-	deadline = time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		r := w.run("", "resume", w.plan)
 		if r.code == 0 {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"zyvor.dev/sysbox/fluxvm/upgrade"
 	"zyvor.dev/sysbox/internal/testenv"
@@ -187,6 +188,27 @@ func (w *world) run(failpoint string, args ...string) runResult {
 		w.t.Fatalf("%v: %v", args, err)
 	}
 	return r
+}
+
+// startRunInPreflight starts `run PLAN` in the background and returns once it is inside alpha's
+// preflight hook (the world needs a waitFile to hold it there); the caller waits for it.
+func (w *world) startRunInPreflight(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(w.bin, "run", w.plan)
+	cmd.Env = append(os.Environ(), "FLUXVM_UPGRADE_TEST_FAKE_BPF="+w.fake)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(string(mustRead(w.order)), "alpha/preflight") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("run never reached alpha's preflight hook")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd
 }
 
 func (w *world) txDir() string { return filepath.Join(w.state, "crash-tx") }
