@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "sysbox")
-	if err := testenv.GoBuild("zyvor.dev/sysbox/cmd/sysbox", binary); err != nil {
+	if err := testenv.GoBuild("zyvor.dev/sysbox/cmd/sysbox", binary, "sysboxtest"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -24,8 +24,13 @@ import (
 // EnvTestFakeWorld switches the driver registry to test mode: the in-memory fake driver
 // (internal/driver/fake), persisted to the named file, registered under the built-in driver
 // names (netns, nftables, docker). Crash tests use it to kill the real binary at every step
-// without touching the host. Never set it outside tests.
+// without touching the host. Only test builds honour it (build tag sysboxtest, or this
+// package's own tests); a normal build refuses to run with it set rather than silently use
+// the real drivers.
 const EnvTestFakeWorld = "SYSBOX_TEST_FAKE_WORLD"
+
+// testDriversEnabled is true only in test builds (fakeworld_sysboxtest.go, the package's tests).
+var testDriversEnabled = false
 
 // builtinDriverNames are the drivers sysbox ships with; the fake stands in for each in test mode.
 var builtinDriverNames = []string{"netns", "nftables", "docker"}
@@ -37,6 +42,9 @@ func DriverRegistry(lookup func(string) (string, bool)) (*driver.Registry, error
 	r := driver.NewRegistry()
 	if lookup != nil {
 		if world, ok := lookup(EnvTestFakeWorld); ok && world != "" {
+			if !testDriversEnabled {
+				return nil, fmt.Errorf("%s is set, but this sysbox is not a test build (build tag sysboxtest): refusing to run rather than use the real drivers; unset it", EnvTestFakeWorld)
+			}
 			d, err := fake.New(fake.Options{Path: world})
 			if err != nil {
 				return nil, err
