@@ -534,45 +534,44 @@ func convertVar(v *Variable, val cty.Value) (cty.Value, error) {
 }
 
 func (e *evaluator) local(mi *modInst, name string) *valSlot {
-	s := mi.locals[name]
+	l := mi.mod.Locals[name]
+	return e.evalNamed(mi, mi.locals, name, "local."+name, l.Expr, l.Range, nil)
+}
+
+// evalNamed evaluates a named value of a module instance (a local or an output) once, caching
+// it in slots[name]; label names it in cycle reports, and a reference cycle yields a failed
+// dynamic value. finish, when set, runs after a fresh evaluation, still inside it (outputs mark
+// sensitivity and add their depends_on there).
+func (e *evaluator) evalNamed(mi *modInst, slots map[string]*valSlot, name, label string, expr hcl.Expression, rng hcl.Range, finish func(*valSlot)) *valSlot {
+	s := slots[name]
 	if s == nil {
 		s = &valSlot{}
-		mi.locals[name] = s
+		slots[name] = s
 	}
-	l := mi.mod.Locals[name]
-	if !e.enter(&s.st, mi.prefix+"local."+name, l.Range) {
+	if !e.enter(&s.st, mi.prefix+label, rng) {
 		if s.st == busy {
 			return &valSlot{val: cty.DynamicVal, failed: true}
 		}
 		return s
 	}
 	defer e.leave(&s.st)
-	s.val, s.deps, s.failed = e.evalExpr(mi, l.Expr, rep{}, repNone)
+	s.val, s.deps, s.failed = e.evalExpr(mi, expr, rep{}, repNone)
+	if finish != nil {
+		finish(s)
+	}
 	return s
 }
 
 func (e *evaluator) output(mi *modInst, name string) *valSlot {
-	s := mi.outputs[name]
-	if s == nil {
-		s = &valSlot{}
-		mi.outputs[name] = s
-	}
 	o := mi.mod.Outputs[name]
-	if !e.enter(&s.st, mi.prefix+"output."+name, o.DeclRange) {
-		if s.st == busy {
-			return &valSlot{val: cty.DynamicVal, failed: true}
+	return e.evalNamed(mi, mi.outputs, name, "output."+name, o.Expr, o.DeclRange, func(s *valSlot) {
+		if o.Sensitive {
+			s.val = s.val.Mark(Sensitive)
 		}
-		return s
-	}
-	defer e.leave(&s.st)
-	s.val, s.deps, s.failed = e.evalExpr(mi, o.Expr, rep{}, repNone)
-	if o.Sensitive {
-		s.val = s.val.Mark(Sensitive)
-	}
-	for _, tr := range o.DependsOn {
-		s.deps = append(s.deps, e.dependsOnSlots(mi, tr)...)
-	}
-	return s
+		for _, tr := range o.DependsOn {
+			s.deps = append(s.deps, e.dependsOnSlots(mi, tr)...)
+		}
+	})
 }
 
 // precomputeRefs computes every resource body's references on all CPUs before the sequential

@@ -487,21 +487,8 @@ func (l *loader) decodeCall(parent *Module, b *hcl.Block, stack []string) (*Call
 		return nil, append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid module source",
 			Detail: fmt.Sprintf("module %q: source %q must be a local path starting with ./ or ../ (registries are not supported)", c.Name, c.Source), Subject: src.Expr.Range().Ptr()})
 	}
-	if a, ok := content.Attributes["count"]; ok {
-		c.Count = a.Expr
-	}
-	if a, ok := content.Attributes["for_each"]; ok {
-		if c.Count != nil {
-			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid combination of count and for_each",
-				Detail: "count and for_each cannot both be set", Subject: a.NameRange.Ptr()})
-		}
-		c.ForEach = a.Expr
-	}
-	if a, ok := content.Attributes["depends_on"]; ok {
-		tr, d := decodeDependsOn(a)
-		diags = append(diags, d...)
-		c.DependsOn = tr
-	}
+	c.Count, c.ForEach, c.DependsOn, d = decodeRepetition(content)
+	diags = append(diags, d...)
 	args, d := remain.JustAttributes()
 	diags = append(diags, d...)
 	c.Args = args
@@ -512,6 +499,27 @@ func (l *loader) decodeCall(parent *Module, b *hcl.Block, stack []string) (*Call
 		return nil, diags
 	}
 	return c, diags
+}
+
+// decodeRepetition reads the meta-arguments modules and resources share: count, for_each (not
+// both) and depends_on.
+func decodeRepetition(content *hcl.BodyContent) (count, forEach hcl.Expression, dependsOn []hcl.Traversal, diags hcl.Diagnostics) {
+	if a, ok := content.Attributes["count"]; ok {
+		count = a.Expr
+	}
+	if a, ok := content.Attributes["for_each"]; ok {
+		if count != nil {
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid combination of count and for_each",
+				Detail: "count and for_each cannot both be set", Subject: a.NameRange.Ptr()})
+		}
+		forEach = a.Expr
+	}
+	if a, ok := content.Attributes["depends_on"]; ok {
+		var d hcl.Diagnostics
+		dependsOn, d = decodeDependsOn(a)
+		diags = append(diags, d...)
+	}
+	return count, forEach, dependsOn, diags
 }
 
 func decodeDependsOn(a *hcl.Attribute) ([]hcl.Traversal, hcl.Diagnostics) {
@@ -557,21 +565,8 @@ func decodeResource(b *hcl.Block) (*Resource, hcl.Diagnostics) {
 		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Unsupported argument",
 			Detail: "provider is not a sysbox argument: choose the driver with the resource's driver attribute", Subject: a.NameRange.Ptr()})
 	}
-	if a, ok := content.Attributes["count"]; ok {
-		r.Count = a.Expr
-	}
-	if a, ok := content.Attributes["for_each"]; ok {
-		if r.Count != nil {
-			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid combination of count and for_each",
-				Detail: "count and for_each cannot both be set", Subject: a.NameRange.Ptr()})
-		}
-		r.ForEach = a.Expr
-	}
-	if a, ok := content.Attributes["depends_on"]; ok {
-		tr, d := decodeDependsOn(a)
-		diags = append(diags, d...)
-		r.DependsOn = tr
-	}
+	r.Count, r.ForEach, r.DependsOn, d = decodeRepetition(content)
+	diags = append(diags, d...)
 	for _, blk := range content.Blocks {
 		if mode == addrs.Data {
 			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Unsupported block", Detail: "data sources have no lifecycle block", Subject: blk.DefRange.Ptr()})
