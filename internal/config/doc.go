@@ -7,7 +7,7 @@
 //     the static structure: substrate, variable, locals, module, data, resource and output
 //     blocks. Nothing is evaluated yet.
 //  2. Evaluate expands count and for_each on modules and resources, evaluates expressions with
-//     the cty standard library plus env, env_optional and file, and hands each resource body to
+//     OpenTofu's function library (funcs*.go) plus env and env_optional, and hands each resource body to
 //     the schema registered for its type, which returns the typed, stored form of the resource.
 //
 // Invariants:
@@ -22,7 +22,8 @@
 //   - env("X") yields the string secret://env/X marked sensitive and never reads X. A sensitive
 //     value that is not a secret reference must not reach a resource attribute (it would be
 //     stored in plan and state as plaintext).
-//   - The only I/O is reading the configuration files, var files, and files named by file();
+//   - The only I/O is reading the configuration files, var files, and files named by the file
+//     functions, which open them through an os.Root on the topology directory;
 //     env_optional and SYSBOX_VAR_* read the environment passed in Options, never os.Getenv.
 //   - Resource attributes must be known when planning; a value known only after apply
 //     (external_id, generation, observation) may be used in outputs only.

@@ -2,15 +2,17 @@ package config
 
 import (
 	"fmt"
-	"math/big"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sync"
-	"unicode/utf8"
 
+	ctyfcidr "github.com/hashicorp/go-cty-funcs/cidr"
+	"github.com/hashicorp/go-cty-funcs/collection"
+	"github.com/hashicorp/go-cty-funcs/crypto"
+	"github.com/hashicorp/go-cty-funcs/encoding"
+	"github.com/hashicorp/go-cty-funcs/filesystem"
+	ctyuuid "github.com/hashicorp/go-cty-funcs/uuid"
 	"github.com/hashicorp/hcl/v2/ext/tryfunc"
+	ctyyaml "github.com/zclconf/go-cty-yaml"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 	"github.com/zclconf/go-cty/cty/function/stdlib"
@@ -22,52 +24,113 @@ const Sensitive = sensitiveMark("sensitive")
 
 type sensitiveMark string
 
+// coreNamespace is OpenTofu's namespace for built-in functions: core::abs is abs.
+const coreNamespace = "core::"
+
 var (
 	stdOnce sync.Once
 	stdMap  map[string]function.Function
 )
 
-// staticFuncs is the cty standard library plus cidr and type-conversion functions; it does no I/O.
+// staticFuncs is every function that does no I/O, with OpenTofu's names and semantics. Where a
+// library function matches OpenTofu it is used as is; funcs_tofu.go and funcs_cidr.go hold the
+// rest. docs/sysbox-language.md lists where each one comes from.
 func staticFuncs() map[string]function.Function {
 	stdOnce.Do(func() {
 		stdMap = map[string]function.Function{
+			// go-cty stdlib
 			"abs": stdlib.AbsoluteFunc, "ceil": stdlib.CeilFunc, "chomp": stdlib.ChompFunc,
-			"chunklist": stdlib.ChunklistFunc, "coalesce": stdlib.CoalesceFunc, "coalescelist": stdlib.CoalesceListFunc,
+			"chunklist": stdlib.ChunklistFunc, "coalescelist": stdlib.CoalesceListFunc,
 			"compact": stdlib.CompactFunc, "concat": stdlib.ConcatFunc, "contains": stdlib.ContainsFunc,
 			"csvdecode": stdlib.CSVDecodeFunc, "distinct": stdlib.DistinctFunc, "element": stdlib.ElementFunc,
 			"flatten": stdlib.FlattenFunc, "floor": stdlib.FloorFunc, "format": stdlib.FormatFunc,
 			"formatdate": stdlib.FormatDateFunc, "formatlist": stdlib.FormatListFunc, "indent": stdlib.IndentFunc,
-			"index": stdlib.IndexFunc, "join": stdlib.JoinFunc, "jsondecode": stdlib.JSONDecodeFunc,
-			"jsonencode": stdlib.JSONEncodeFunc, "keys": stdlib.KeysFunc, "length": stdlib.LengthFunc,
-			"log": stdlib.LogFunc, "lookup": stdlib.LookupFunc, "lower": stdlib.LowerFunc, "max": stdlib.MaxFunc,
+			"join": stdlib.JoinFunc, "jsondecode": stdlib.JSONDecodeFunc,
+			"jsonencode": stdlib.JSONEncodeFunc, "keys": stdlib.KeysFunc,
+			"log": stdlib.LogFunc, "lower": stdlib.LowerFunc, "max": stdlib.MaxFunc,
 			"merge": stdlib.MergeFunc, "min": stdlib.MinFunc, "parseint": stdlib.ParseIntFunc, "pow": stdlib.PowFunc,
 			"range": stdlib.RangeFunc, "regex": stdlib.RegexFunc, "regexall": stdlib.RegexAllFunc,
-			"replace": stdlib.ReplaceFunc, "reverse": stdlib.ReverseListFunc, "setintersection": stdlib.SetIntersectionFunc,
+			"reverse": stdlib.ReverseListFunc, "setintersection": stdlib.SetIntersectionFunc,
 			"setproduct": stdlib.SetProductFunc, "setsubtract": stdlib.SetSubtractFunc, "setunion": stdlib.SetUnionFunc,
 			"signum": stdlib.SignumFunc, "slice": stdlib.SliceFunc, "sort": stdlib.SortFunc, "split": stdlib.SplitFunc,
 			"strrev": stdlib.ReverseFunc, "substr": stdlib.SubstrFunc, "timeadd": stdlib.TimeAddFunc, "title": stdlib.TitleFunc,
 			"trim": stdlib.TrimFunc, "trimprefix": stdlib.TrimPrefixFunc, "trimspace": stdlib.TrimSpaceFunc,
 			"trimsuffix": stdlib.TrimSuffixFunc, "upper": stdlib.UpperFunc, "values": stdlib.ValuesFunc,
-			"zipmap": stdlib.ZipmapFunc, "strlen": stdlib.StrlenFunc,
+			"zipmap": stdlib.ZipmapFunc,
+			// HCL
+			"try": tryfunc.TryFunc, "can": tryfunc.CanFunc,
+			// go-cty-yaml
+			"yamldecode": ctyyaml.YAMLDecodeFunc, "yamlencode": ctyyaml.YAMLEncodeFunc,
+			// go-cty-funcs
+			"coalesce":     collection.CoalesceFunc,
+			"base64decode": encoding.Base64DecodeFunc, "base64encode": encoding.Base64EncodeFunc,
+			"urlencode": encoding.URLEncodeFunc,
+			"md5":       crypto.Md5Func, "sha1": crypto.Sha1Func, "sha256": crypto.Sha256Func, "sha512": crypto.Sha512Func,
+			"rsadecrypt": crypto.RsaDecryptFunc,
+			"uuidv5":     ctyuuid.V5Func,
+			"basename":   filesystem.BasenameFunc, "dirname": filesystem.DirnameFunc,
+			"cidrsubnets": withLenientPrefix(ctyfcidr.SubnetsFunc),
+			"cidrhost":    withLenientPrefix(ctyfcidr.HostFunc),
+			"cidrsubnet":  cidrSubnetFunc,
+			// funcs_cidr.go, funcs_tofu.go
+			"cidrnetmask": cidrNetmaskFunc, "cidrcontains": cidrContainsFunc,
+			"index": indexFunc, "length": lengthFunc, "lookup": lookupFunc, "replace": replaceFunc,
+			"alltrue": allTrueFunc, "anytrue": anyTrueFunc, "sum": sumFunc, "one": oneFunc,
+			"matchkeys": matchkeysFunc, "transpose": transposeFunc,
+			"startswith": startsWithFunc, "endswith": endsWithFunc, "strcontains": strContainsFunc,
+			"timecmp": timeCmpFunc, "urldecode": urlDecodeFunc,
+			"base64gzip": base64GzipFunc, "base64gunzip": base64GunzipFunc,
+			"base64sha256": base64Sha256Func, "base64sha512": base64Sha512Func,
+			"textencodebase64": textEncodeBase64Func, "textdecodebase64": textDecodeBase64Func,
+			"sensitive": sensitiveFunc, "nonsensitive": nonsensitiveFunc, "issensitive": isSensitiveFunc,
 			"tostring": stdlib.MakeToFunc(cty.String), "tonumber": stdlib.MakeToFunc(cty.Number),
 			"tobool": stdlib.MakeToFunc(cty.Bool), "toset": stdlib.MakeToFunc(cty.Set(cty.DynamicPseudoType)),
 			"tolist": stdlib.MakeToFunc(cty.List(cty.DynamicPseudoType)), "tomap": stdlib.MakeToFunc(cty.Map(cty.DynamicPseudoType)),
-			"try": tryfunc.TryFunc, "can": tryfunc.CanFunc,
-			"cidrhost": cidrHostFunc, "cidrsubnet": cidrSubnetFunc, "cidrnetmask": cidrNetmaskFunc,
+		}
+		for name, why := range refusedFuncs {
+			stdMap[name] = refusedFunc(name, why)
 		}
 	})
 	return stdMap
 }
 
+// refusedFuncs are OpenTofu functions sysbox does not offer, with the reason: calling one is an
+// error naming it, never a different result.
+var refusedFuncs = map[string]string{
+	"timestamp":     "its result changes between plan and apply, so every plan would differ",
+	"plantimestamp": "its result changes with every plan, so no plan would ever be empty",
+	"uuid":          "its result changes between plan and apply; use uuidv5 with a fixed name",
+	"bcrypt":        "its salt is random, so the result changes between plan and apply",
+	"abspath":       "its result depends on the host's working directory; use path.module or path.root",
+	"pathexpand":    "its result depends on the host user's home directory",
+	"type":          "OpenTofu offers it only in the console",
+	"list":          "OpenTofu removed it; use tolist or a [ ] expression",
+	"map":           "OpenTofu removed it; use tomap or a { } expression",
+}
+
+func refusedFunc(name, why string) function.Function {
+	return function.New(&function.Spec{
+		Description: "Not offered by sysbox: " + why + ".",
+		VarParam:    &function.Parameter{Name: "args", Type: cty.DynamicPseudoType, AllowNull: true, AllowUnknown: true, AllowDynamicType: true, AllowMarked: true},
+		Type: func([]cty.Value) (cty.Type, error) {
+			return cty.NilType, fmt.Errorf("sysbox does not offer the function %s: %s", name, why)
+		},
+		Impl: func([]cty.Value, cty.Type) (cty.Value, error) {
+			return cty.NilVal, fmt.Errorf("sysbox does not offer the function %s: %s", name, why)
+		},
+	})
+}
+
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // funcsFor returns the function table for a module directory: the static library plus env,
-// env_optional and file. onEnv records each env() reference.
+// env_optional, and the file functions confined to the topology directory. Every name is also
+// offered as core::NAME, as OpenTofu does.
 func (e *evaluator) funcsFor(dir string) map[string]function.Function {
 	if f, ok := e.funcCache[dir]; ok {
 		return f
 	}
-	out := make(map[string]function.Function, len(staticFuncs())+3)
+	out := make(map[string]function.Function, 2*(len(staticFuncs())+16))
 	for k, v := range staticFuncs() {
 		out[k] = v
 	}
@@ -110,122 +173,13 @@ func (e *evaluator) funcsFor(dir string) map[string]function.Function {
 			return cty.StringVal(v), nil
 		},
 	})
-	out["file"] = function.New(&function.Spec{
-		Description: "Reads a UTF-8 file relative to the module directory.",
-		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
-		Type:        function.StaticReturnType(cty.String),
-		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-			p := args[0].AsString()
-			if !filepath.IsAbs(p) {
-				p = filepath.Join(dir, p)
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return cty.NilVal, function.NewArgErrorf(0, "read %s: %v", p, err)
-			}
-			if !utf8.Valid(b) {
-				return cty.NilVal, function.NewArgErrorf(0, "%s is not valid UTF-8", p)
-			}
-			return cty.StringVal(string(b)), nil
-		},
-	})
+	fs := fileScope{root: e.rootDir, dir: dir}
+	for k, v := range fs.funcs(out) {
+		out[k] = v
+	}
+	for k, v := range out {
+		out[coreNamespace+k] = v
+	}
 	e.funcCache[dir] = out
 	return out
-}
-
-var cidrHostFunc = function.New(&function.Spec{
-	Description: "Calculates the address of host number hostnum within prefix.",
-	Params:      []function.Parameter{{Name: "prefix", Type: cty.String}, {Name: "hostnum", Type: cty.Number}},
-	Type:        function.StaticReturnType(cty.String),
-	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-		p, err := netip.ParsePrefix(args[0].AsString())
-		if err != nil {
-			return cty.NilVal, function.NewArgErrorf(0, "invalid CIDR: %v", err)
-		}
-		n, acc := args[1].AsBigFloat().Int64()
-		if acc != 0 {
-			return cty.NilVal, function.NewArgErrorf(1, "hostnum must be a whole number")
-		}
-		a, err := hostAddr(p.Masked(), n)
-		if err != nil {
-			return cty.NilVal, function.NewArgError(1, err)
-		}
-		return cty.StringVal(a.String()), nil
-	},
-})
-
-var cidrNetmaskFunc = function.New(&function.Spec{
-	Description: "Returns the dotted netmask of an IPv4 prefix.",
-	Params:      []function.Parameter{{Name: "prefix", Type: cty.String}},
-	Type:        function.StaticReturnType(cty.String),
-	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-		p, err := netip.ParsePrefix(args[0].AsString())
-		if err != nil || !p.Addr().Is4() {
-			return cty.NilVal, function.NewArgErrorf(0, "invalid IPv4 CIDR %q", args[0].AsString())
-		}
-		m := ^uint32(0) << (32 - p.Bits())
-		if p.Bits() == 0 {
-			m = 0
-		}
-		return cty.StringVal(fmt.Sprintf("%d.%d.%d.%d", m>>24, m>>16&255, m>>8&255, m&255)), nil
-	},
-})
-
-var cidrSubnetFunc = function.New(&function.Spec{
-	Description: "Calculates subnet netnum of newbits additional bits within prefix.",
-	Params:      []function.Parameter{{Name: "prefix", Type: cty.String}, {Name: "newbits", Type: cty.Number}, {Name: "netnum", Type: cty.Number}},
-	Type:        function.StaticReturnType(cty.String),
-	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-		p, err := netip.ParsePrefix(args[0].AsString())
-		if err != nil {
-			return cty.NilVal, function.NewArgErrorf(0, "invalid CIDR: %v", err)
-		}
-		nb, _ := args[1].AsBigFloat().Int64()
-		num, _ := args[2].AsBigFloat().Int64()
-		bits := p.Bits() + int(nb)
-		if nb < 0 || bits > p.Addr().BitLen() {
-			return cty.NilVal, function.NewArgErrorf(1, "newbits %d would make a prefix longer than /%d", nb, p.Addr().BitLen())
-		}
-		if num < 0 || (nb < 63 && num >= int64(1)<<nb) {
-			return cty.NilVal, function.NewArgErrorf(2, "netnum %d does not fit in %d bits", num, nb)
-		}
-		base := p.Masked().Addr().AsSlice()
-		hostBits := p.Addr().BitLen() - bits
-		addBits(base, uint64(num), hostBits)
-		a, _ := netip.AddrFromSlice(base)
-		return cty.StringVal(netip.PrefixFrom(a, bits).String()), nil
-	},
-})
-
-// addBits adds v<<shift to the big-endian address b in place (overflow is cut off).
-func addBits(b []byte, v uint64, shift int) {
-	x := new(big.Int).SetBytes(b)
-	x.Add(x, new(big.Int).Lsh(new(big.Int).SetUint64(v), uint(shift)))
-	out := x.Bytes()
-	for i := range b {
-		b[i] = 0
-	}
-	if len(out) > len(b) {
-		out = out[len(out)-len(b):]
-	}
-	copy(b[len(b)-len(out):], out)
-}
-
-func hostAddr(p netip.Prefix, n int64) (netip.Addr, error) {
-	hostBits := p.Addr().BitLen() - p.Bits()
-	if hostBits < 63 {
-		size := int64(1) << hostBits
-		if n >= size || n < -size {
-			return netip.Addr{}, fmt.Errorf("prefix %s has no host number %d", p, n)
-		}
-		if n < 0 {
-			n += size
-		}
-	} else if n < 0 {
-		return netip.Addr{}, fmt.Errorf("negative host numbers are not supported for %s", p)
-	}
-	b := p.Addr().AsSlice()
-	addBits(b, uint64(n), 0)
-	a, _ := netip.AddrFromSlice(b)
-	return a, nil
 }
