@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 func TestInstanceStringAndParse(t *testing.T) {
@@ -259,34 +261,131 @@ func TestTargetContainsAndMove(t *testing.T) {
 		}
 	}
 
-	moves := []struct {
-		from, to, want string
-		ok             bool
+}
+
+func TestModuleTargetSelectsEveryInstanceOfItsCall(t *testing.T) {
+	tests := []struct {
+		target, inst string
+		want         bool
 	}{
-		{`module.seg["red"]`, `module.seg["green"]`, `module.seg["green"].module.inner.sysbox_node.web[1]`, true},
-		{`module.seg["red"].module.inner.sysbox_node.web`, `sysbox_node.front`, `sysbox_node.front[1]`, true},
-		{`module.seg["red"].module.inner.sysbox_node.web[1]`, `sysbox_node.solo`, `sysbox_node.solo`, false}, // kinds differ
-		{`module.seg["red"].module.inner.sysbox_node.web[1]`, `sysbox_node.solo[0]`, `sysbox_node.solo[0]`, true},
-		{`module.seg["red"].module.inner.sysbox_node.web`, `sysbox_router.x`, ``, false},
+		{`module.bax`, `module.bax.sysbox_node.a`, true},
+		{`module.bax`, `module.bax[0].sysbox_node.a`, true},
+		{`module.bax`, `module.bax["a"].module.in.sysbox_node.a`, true},
+		{`module.bax`, `module.baxter.sysbox_node.a`, false},
+		{`module.bax[0]`, `module.bax[1].sysbox_node.a`, false},
+		{`module.bax.module.in`, `module.bax[2].module.in["k"].sysbox_node.a`, true},
+		{`module.bax.sysbox_node.a`, `module.bax[0].sysbox_node.a`, false}, // resource targets name one module instance
 	}
-	for _, mv := range moves {
-		from, _ := ParseTarget(mv.from)
-		to, _ := ParseTarget(mv.to)
-		got, ok := Move(inst, from, to)
-		if ok != mv.ok || (ok && got.String() != mv.want) {
-			t.Errorf("Move(%s -> %s): got %s, %v, want %s, %v", mv.from, mv.to, got, ok, mv.want, mv.ok)
+	for _, tt := range tests {
+		tg, err := ParseTarget(tt.target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tg.Contains(MustParseInstance(tt.inst)); got != tt.want {
+			t.Errorf("%s contains %s: got %v, want %v", tt.target, tt.inst, got, tt.want)
 		}
 	}
-	a, _ := ParseTarget(`module.a`)
-	b, _ := ParseTarget(`module.a.module.b`)
-	if err := CheckMove(a, b); err == nil {
-		t.Error("CheckMove into itself: got nil error")
+}
+
+func TestPlanMove(t *testing.T) {
+	state := []string{
+		`sysbox_node.foo[0]`, `sysbox_node.foo[1]`, `sysbox_node.solo`, `sysbox_network.lan`,
+		`module.a["x"].sysbox_node.n`, `module.a["x"].module.in.sysbox_node.m`, `module.a["y"].sysbox_node.n`,
+		`module.c.sysbox_node.n`, `data.sysbox_artifact.img`,
 	}
-	n, _ := ParseTarget(`sysbox_node.a`)
-	r, _ := ParseTarget(`sysbox_router.a`)
-	if err := CheckMove(n, r); err == nil {
-		t.Error("CheckMove across types: got nil error")
+	var have []Instance
+	for _, s := range state {
+		have = append(have, MustParseInstance(s))
 	}
+	tests := []struct {
+		from, to string
+		want     []string // "FROM -> TO"
+		err      string
+	}{
+		{from: `sysbox_node.foo`, to: `sysbox_node.bar`, want: []string{`sysbox_node.foo[0] -> sysbox_node.bar[0]`, `sysbox_node.foo[1] -> sysbox_node.bar[1]`}},
+		{from: `sysbox_node.foo[1]`, to: `sysbox_node.foo["b"]`, want: []string{`sysbox_node.foo[1] -> sysbox_node.foo["b"]`}},
+		{from: `sysbox_node.foo[1]`, to: `sysbox_node.one`, want: []string{`sysbox_node.foo[1] -> sysbox_node.one`}},
+		{from: `sysbox_node.solo`, to: `sysbox_node.solo[0]`, want: []string{`sysbox_node.solo -> sysbox_node.solo[0]`}},
+		{from: `sysbox_node.solo`, to: `module.c.sysbox_node.solo`, want: []string{`sysbox_node.solo -> module.c.sysbox_node.solo`}},
+		{from: `data.sysbox_artifact.img`, to: `data.sysbox_artifact.kernel`, want: []string{`data.sysbox_artifact.img -> data.sysbox_artifact.kernel`}},
+		{from: `module.a`, to: `module.b`, want: []string{
+			`module.a["x"].module.in.sysbox_node.m -> module.b["x"].module.in.sysbox_node.m`,
+			`module.a["x"].sysbox_node.n -> module.b["x"].sysbox_node.n`,
+			`module.a["y"].sysbox_node.n -> module.b["y"].sysbox_node.n`}},
+		{from: `module.a["x"]`, to: `module.b`, want: []string{
+			`module.a["x"].module.in.sysbox_node.m -> module.b.module.in.sysbox_node.m`,
+			`module.a["x"].sysbox_node.n -> module.b.sysbox_node.n`}},
+		{from: `module.c`, to: `module.d[0]`, want: []string{`module.c.sysbox_node.n -> module.d[0].sysbox_node.n`}},
+		{from: `sysbox_node.foo`, to: `sysbox_node.foo[0]`, err: `sysbox_node.foo has 2 instance(s)`},
+		{from: `sysbox_node.foo`, to: `sysbox_node.solo`, err: `sysbox_node.solo already exists in state`},
+		{from: `sysbox_node.foo[0]`, to: `sysbox_node.foo[1]`, err: `sysbox_node.foo[1] already exists in state`},
+		{from: `sysbox_node.foo`, to: `sysbox_router.foo`, err: `the resource type would change from sysbox_node to sysbox_router`},
+		{from: `sysbox_node.foo`, to: `data.sysbox_node.foo`, err: `the resource type would change from sysbox_node to data.sysbox_node`},
+		{from: `sysbox_node.nope`, to: `sysbox_node.bar`, err: `no resource sysbox_node.nope in state`},
+		{from: `module.nope`, to: `module.b`, err: `no resource in module.nope in state`},
+		{from: `sysbox_node.solo`, to: `sysbox_node.solo`, err: `source and destination are the same address`},
+		{from: `module.a`, to: `sysbox_node.x`, err: `a module moves only to a module`},
+		{from: `sysbox_node.solo`, to: `module.x`, err: `a module moves only to a module`},
+		{from: `module.a`, to: `module.a["x"].module.z`, err: `a module cannot be moved into itself`},
+		{from: `module.a["x"]`, to: `module.c`, err: `module.c.sysbox_node.n already exists in state`},
+		{from: `module.a`, to: `module.z[0]`, err: `module.a has several instances; module.z[0] names one`},
+		{from: `module.a`, to: `module.a`, err: `a module cannot be moved into itself`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.from+" to "+tt.to, func(t *testing.T) {
+			from, err := ParseTarget(tt.from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to, err := ParseTarget(tt.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pairs, err := PlanMove(from, to, have)
+			if tt.err != "" {
+				var me *MoveError
+				if !errors.As(err, &me) || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("got %v, %v; want a MoveError containing %q", pairs, err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range pairs {
+				got = append(got, p.From.String()+" -> "+p.To.String())
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestIdentifiersFollowHCL checks address identifiers against hclsyntax's own scanner.
+func TestIdentifiersFollowHCL(t *testing.T) {
+	for _, name := range []string{
+		"web", "_x", "a-b", "a1", "Ünïcødé", "e\u0301", "noe\u0308l", "\u2160x", "x\u00b7y", "日本",
+		"1a", "-a", "a.b", "a b", "a+b", "\u0301e", "a\u2028", "€", "a€", "", "x\u200dy",
+	} {
+		name := unescape(t, name)
+		want := hclsyntax.ValidIdentifier(name)
+		_, err := ParseInstance("sysbox_node." + name)
+		if got := err == nil; got != want {
+			t.Errorf("sysbox_node.%q: parsed %v (err %v), HCL says valid=%v", name, got, err, want)
+		}
+	}
+}
+
+func unescape(t *testing.T, s string) string {
+	t.Helper()
+	var out string
+	if err := json.Unmarshal([]byte(`"`+s+`"`), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func FuzzParseInstance(f *testing.F) {

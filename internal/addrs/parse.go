@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 // ParseError reports malformed address text: where it went wrong and what was expected.
@@ -54,24 +55,48 @@ func (s *scanner) consume(lit string) bool {
 	return false
 }
 
-// ident scans an HCL identifier: a letter or '_' then letters, digits, '_' or '-'.
+// ident scans an HCL identifier: ID_Start or '_', then ID_Continue or '-' (Unicode UAX #31).
+// ASCII is judged here; a name with other characters is judged by hclsyntax itself, so the
+// Unicode tables are exactly HCL's.
 func (s *scanner) ident(what string) (string, error) {
 	start := s.pos
+	ascii := true
 	for s.pos < len(s.in) {
-		r, n := utf8.DecodeRuneInString(s.in[s.pos:])
-		ok := r == '_' || unicode.IsLetter(r)
-		if s.pos > start {
-			ok = ok || r == '-' || unicode.IsDigit(r)
+		c := s.in[s.pos]
+		if c >= utf8.RuneSelf {
+			ascii = false
+			_, n := utf8.DecodeRuneInString(s.in[s.pos:])
+			s.pos += n
+			continue
 		}
-		if !ok || r == utf8.RuneError {
+		if !identASCII(c, s.pos == start) {
 			break
 		}
-		s.pos += n
+		s.pos++
+	}
+	if !ascii {
+		// the longest prefix HCL accepts is the identifier; what follows is unexpected
+		end := s.pos
+		for end > start && !hclsyntax.ValidIdentifier(s.in[start:end]) {
+			_, n := utf8.DecodeLastRuneInString(s.in[start:end])
+			end -= n
+		}
+		s.pos = end
 	}
 	if s.pos == start {
 		return "", s.fail(what)
 	}
 	return s.in[start:s.pos], nil
+}
+
+func identASCII(c byte, first bool) bool {
+	switch {
+	case c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		return true
+	case first:
+		return false
+	}
+	return c == '-' || '0' <= c && c <= '9'
 }
 
 // key scans `[N]` or `["json string"]`; the caller has checked for '['.

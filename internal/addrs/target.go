@@ -51,63 +51,29 @@ func (t Target) String() string {
 	return Instance{Module: t.Module, Resource: t.Resource, Key: t.Key}.String()
 }
 
-// Contains reports whether the target selects instance a.
+// Contains reports whether the target selects instance a. As in OpenTofu, a module step
+// without a key in a module target names the module call, so `module.lab` selects
+// `module.lab[0]` and `module.lab["x"]` as well as an unrepeated `module.lab`.
 func (t Target) Contains(a Instance) bool {
 	switch t.Kind {
 	case TargetModule:
-		return a.Module.HasPrefix(t.Module)
+		return stepsMatch(t.Module, a.Module)
 	case TargetResource:
 		return a.Module.Equal(t.Module) && a.Resource == t.Resource
 	}
 	return a.Module.Equal(t.Module) && a.Resource == t.Resource && a.Key == t.Key
 }
 
-// Move rewrites a for `state mv FROM TO`: if from contains a, it returns a with from's part
-// replaced by to's, and true. from and to must be of the same kind (see CheckMove).
-func Move(a Instance, from, to Target) (Instance, bool) {
-	if from.Kind != to.Kind || !from.Contains(a) {
-		return Instance{}, false
+// stepsMatch reports whether pattern's steps are a prefix of m's, a step without a key
+// matching every instance of its call.
+func stepsMatch(pattern, m Module) bool {
+	if len(pattern) > len(m) {
+		return false
 	}
-	switch from.Kind {
-	case TargetModule:
-		m := NewModule(to.Module...)
-		m = append(m, a.Module[len(from.Module):]...)
-		return newInstance(m, a.Resource, a.Key), true
-	case TargetResource:
-		if from.Resource.Type != to.Resource.Type || from.Resource.Mode != to.Resource.Mode {
-			return Instance{}, false
+	for i, p := range pattern {
+		if p.Name != m[i].Name || (!p.Key.IsNone() && p.Key != m[i].Key) {
+			return false
 		}
-		return newInstance(NewModule(to.Module...), to.Resource, a.Key), true
 	}
-	if from.Resource.Type != to.Resource.Type || from.Resource.Mode != to.Resource.Mode {
-		return Instance{}, false
-	}
-	return newInstance(NewModule(to.Module...), to.Resource, to.Key), true
-}
-
-// CheckMove explains why `state mv FROM TO` is not allowed, or returns nil.
-func CheckMove(from, to Target) error {
-	if from.Kind != to.Kind {
-		return &MoveError{From: from, To: to, Reason: "source and destination must both be modules, resources, or instances"}
-	}
-	if from.Kind != TargetModule && (from.Resource.Type != to.Resource.Type || from.Resource.Mode != to.Resource.Mode) {
-		return &MoveError{From: from, To: to, Reason: "a move cannot change the resource type"}
-	}
-	if from.Kind == TargetModule && (from.Module.IsRoot() || to.Module.IsRoot()) {
-		return &MoveError{From: from, To: to, Reason: "the root module cannot be moved"}
-	}
-	if from.Kind == TargetModule && to.Module.HasPrefix(from.Module) {
-		return &MoveError{From: from, To: to, Reason: "a module cannot be moved into itself"}
-	}
-	return nil
-}
-
-// MoveError explains a refused `state mv`.
-type MoveError struct {
-	From, To Target
-	Reason   string
-}
-
-func (e *MoveError) Error() string {
-	return "move " + e.From.String() + " to " + e.To.String() + ": " + e.Reason
+	return true
 }

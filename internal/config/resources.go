@@ -405,17 +405,43 @@ func uniqueSlots(in []*resSlot) []*resSlot {
 	return out
 }
 
-// dependsOnSlots resolves a depends_on traversal: a resource (all instances) or a module call
-// (every resource in every instance of it, recursively).
+// dependsOnSlots resolves one depends_on entry. As in OpenTofu, an entry names a whole
+// resource, data source or module call, optionally one instance of it (which still means the
+// whole object): TYPE.NAME, TYPE.NAME[KEY], data.TYPE.NAME, module.NAME, module.NAME[KEY].
 func (e *evaluator) dependsOnSlots(mi *modInst, tr hcl.Traversal) []*resSlot {
 	rng := tr.SourceRange()
 	root := tr.RootName()
+	bad := func(format string, args ...any) []*resSlot {
+		e.errf(rng.Ptr(), "Invalid depends_on reference", format, args...)
+		return nil
+	}
+	// nameLen is the number of steps naming the object; one index step may follow.
+	nameLen := 2
+	switch root {
+	case "data":
+		nameLen = 3
+	case "var", "local", "count", "each", "path", "self", "terraform":
+		return bad("%s is not a resource, data source or module: depends_on takes only whole objects (TYPE.NAME, data.TYPE.NAME, module.NAME)", traversalString(tr))
+	}
+	for i := 1; i < nameLen; i++ {
+		if attrName(tr, i) == "" {
+			return bad("%s is not a resource, data source or module: depends_on takes only whole objects (TYPE.NAME, data.TYPE.NAME, module.NAME)", traversalString(tr))
+		}
+	}
+	rest := tr[nameLen:]
+	if len(rest) > 0 {
+		if _, ok := rest[0].(hcl.TraverseIndex); ok {
+			rest = rest[1:]
+		}
+	}
+	if len(rest) > 0 {
+		return bad("%s: references in depends_on must be to a whole object (resource, data source or module), not to an attribute of one", traversalString(tr))
+	}
 	switch root {
 	case "module":
 		name := attrName(tr, 1)
-		if _, ok := mi.mod.Calls[name]; !ok || len(tr) > 2 {
-			e.errf(rng.Ptr(), "Invalid depends_on reference", "module.%s: expected a declared module call (module.NAME)", name)
-			return nil
+		if _, ok := mi.mod.Calls[name]; !ok {
+			return bad("no module call %q is declared in %s", name, moduleWhere(mi))
 		}
 		cs := e.expandCall(mi, name)
 		if cs == nil {
@@ -426,12 +452,7 @@ func (e *evaluator) dependsOnSlots(mi *modInst, tr hcl.Traversal) []*resSlot {
 		walk = func(c *callSlot) {
 			for _, ch := range c.children {
 				for _, k := range ch.mod.resourceOrder {
-					rs := ch.res[k]
-					if rs == nil {
-						rs = &resSlot{cfg: ch.mod.Resources[k], mi: ch, name: ch.prefix + k}
-						ch.res[k] = rs
-					}
-					out = append(out, rs)
+					out = append(out, e.slot(ch, k))
 				}
 				for _, n := range ch.mod.callOrder {
 					if sub := e.expandCall(ch, n); sub != nil {
@@ -444,19 +465,16 @@ func (e *evaluator) dependsOnSlots(mi *modInst, tr hcl.Traversal) []*resSlot {
 		return out
 	case "data":
 		key := "data." + attrName(tr, 1) + "." + attrName(tr, 2)
-		if _, ok := mi.mod.Resources[key]; !ok || len(tr) > 3 {
-			e.errf(rng.Ptr(), "Invalid depends_on reference", "expected a declared data source (data.TYPE.NAME)")
-			return nil
-		}
-		return []*resSlot{e.slot(mi, key)}
-	default:
-		key := root + "." + attrName(tr, 1)
-		if _, ok := mi.mod.Resources[key]; !ok || len(tr) > 2 {
-			e.errf(rng.Ptr(), "Invalid depends_on reference", "expected a declared resource (TYPE.NAME) or module (module.NAME), got %s", traversalString(tr))
-			return nil
+		if _, ok := mi.mod.Resources[key]; !ok {
+			return bad("no data source %s is declared in %s", key, moduleWhere(mi))
 		}
 		return []*resSlot{e.slot(mi, key)}
 	}
+	key := root + "." + attrName(tr, 1)
+	if _, ok := mi.mod.Resources[key]; !ok {
+		return bad("no resource %s is declared in %s", key, moduleWhere(mi))
+	}
+	return []*resSlot{e.slot(mi, key)}
 }
 
 // slot returns the resource slot without evaluating it (depends_on needs no value).

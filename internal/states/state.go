@@ -149,42 +149,43 @@ func (s *State) Remove(a addrs.Instance) bool {
 	return ok
 }
 
-// Move re-addresses the resource at from to to, keeping the object (its external ID, owner
-// markers, private envelope, attachments): no delete, no create (S21). It refuses when from is
-// missing, to is taken, or the resource type would change. Dependencies of other resources on
-// from are rewritten to to.
-func (s *State) Move(from, to addrs.Instance, now time.Time) error {
-	r := s.Resource(from)
-	if r == nil {
-		return fmt.Errorf("state mv %s %s: %w", from, to, &NotFoundError{Addr: from})
+// Move carries out `state mv FROM TO` (addrs.PlanMove says what moves where and refuses
+// ill-formed moves before anything changes). Each moved resource keeps its object: external ID,
+// owner markers, private envelope, attachments (their fixed MACs included): no delete, no
+// create (S21). Dependencies of other resources on a moved one are rewritten.
+func (s *State) Move(from, to addrs.Target, now time.Time) ([]addrs.MovePair, error) {
+	pairs, err := addrs.PlanMove(from, to, s.Addresses())
+	if err != nil {
+		return nil, err
 	}
-	if from.Equal(to) {
-		return fmt.Errorf("state mv %s %s: source and destination are the same address", from, to)
+	renamed := make(map[string]addrs.Instance, len(pairs))
+	moved := make([]*Resource, 0, len(pairs))
+	for _, p := range pairs {
+		r := s.Resource(p.From).Clone()
+		r.Addr = p.To
+		r.UpdatedAt = now.UTC()
+		moved = append(moved, r)
+		renamed[p.From.UniqueKey()] = p.To
 	}
-	if s.Resource(to) != nil {
-		return fmt.Errorf("state mv %s %s: %w", from, to, &ExistsError{Addr: to})
+	// remove every source before adding any destination, so the order of pairs cannot matter
+	for _, p := range pairs {
+		s.Remove(p.From)
 	}
-	if from.Resource.Mode != to.Resource.Mode || from.Resource.Type != to.Resource.Type {
-		return fmt.Errorf("state mv %s %s: resource type would change from %s to %s; a different type is a different object (destroy and create it instead)",
-			from, to, from.ContainingResource().Resource, to.ContainingResource().Resource)
+	for _, r := range moved {
+		s.Set(r)
 	}
-	s.Remove(from)
-	moved := r.Clone()
-	moved.Addr = to
-	moved.UpdatedAt = now.UTC()
-	s.Set(moved)
 	for _, o := range s.Resources {
 		copied := false
 		for i, d := range o.Dependencies {
-			if d.Equal(from) {
+			if nd, ok := renamed[d.UniqueKey()]; ok {
 				if !copied { // the list may be shared with other resources (or a plan): copy on write
 					o.Dependencies, copied = slices.Clone(o.Dependencies), true
 				}
-				o.Dependencies[i] = to
+				o.Dependencies[i] = nd
 			}
 		}
 	}
-	return nil
+	return pairs, nil
 }
 
 // Clone returns a deep copy of r. Opaque payloads are copied as bytes.

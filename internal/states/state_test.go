@@ -202,26 +202,40 @@ func TestCheckExtraRequirement(t *testing.T) {
 func TestMove(t *testing.T) {
 	tests := []struct {
 		name, from, to string
+		moves          map[string]string // from → to, every resource that must move
 		wantErr        string
 	}{
-		{"rename", "sysbox_node.web[0]", "sysbox_node.app", ""},
-		{"into module", "sysbox_network.lan", `module.seg["red"].sysbox_network.lan`, ""},
-		{"missing source", "sysbox_node.nope", "sysbox_node.app", "no resource sysbox_node.nope"},
-		{"destination taken", "sysbox_node.web[0]", `sysbox_node.web["blue"]`, "already exists"},
-		{"type change", "sysbox_node.web[0]", "sysbox_network.web", "resource type would change"},
-		{"same address", "sysbox_node.web[0]", "sysbox_node.web[0]", "same address"},
+		{name: "rename instance", from: "sysbox_node.web[0]", to: "sysbox_node.app", moves: map[string]string{"sysbox_node.web[0]": "sysbox_node.app"}},
+		{name: "whole resource", from: "sysbox_node.web", to: "sysbox_node.front", moves: map[string]string{
+			"sysbox_node.web[0]": "sysbox_node.front[0]", `sysbox_node.web["blue"]`: `sysbox_node.front["blue"]`}},
+		{name: "count to for_each", from: "sysbox_node.web[0]", to: `sysbox_node.web["red"]`, moves: map[string]string{"sysbox_node.web[0]": `sysbox_node.web["red"]`}},
+		{name: "into module", from: "sysbox_network.lan", to: `module.seg["red"].sysbox_network.lan`, moves: map[string]string{"sysbox_network.lan": `module.seg["red"].sysbox_network.lan`}},
+		{name: "whole module", from: "module.lab", to: `module.lab2["x"]`, moves: map[string]string{"module.lab.sysbox_network.dmz": `module.lab2["x"].sysbox_network.dmz`}},
+		{name: "missing source", from: "sysbox_node.nope", to: "sysbox_node.app", wantErr: "no resource sysbox_node.nope in state"},
+		{name: "destination taken", from: "sysbox_node.web[0]", to: `sysbox_node.web["blue"]`, wantErr: "already exists"},
+		{name: "resource type change", from: "sysbox_node.web", to: "sysbox_network.lan", wantErr: "resource type would change"},
+		{name: "resource to instance", from: "sysbox_node.web", to: "sysbox_node.app[0]", wantErr: "has 2 instance(s)"},
+		{name: "type change", from: "sysbox_node.web[0]", to: "sysbox_network.web", wantErr: "resource type would change"},
+		{name: "same address", from: "sysbox_node.web[0]", to: "sysbox_node.web[0]", wantErr: "same address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := sample()
 			before := st.Clone()
-			from, to := addrs.MustParseInstance(tt.from), addrs.MustParseInstance(tt.to)
-			err := st.Move(from, to, t0.Add(time.Hour))
+			from, err := addrs.ParseTarget(tt.from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to, err := addrs.ParseTarget(tt.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pairs, err := st.Move(from, to, t0.Add(time.Hour))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("got %v, want error containing %q", err, tt.wantErr)
 				}
-				if len(st.Resources) != len(before.Resources) {
+				if !bytes.Equal(mustEncode(t, st), mustEncode(t, before)) {
 					t.Fatalf("failed move changed the state")
 				}
 				return
@@ -229,19 +243,30 @@ func TestMove(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.Resource(from) != nil {
-				t.Fatalf("got %s still present, want moved", from)
+			if len(pairs) != len(tt.moves) {
+				t.Fatalf("got %d moves %v, want %d", len(pairs), pairs, len(tt.moves))
 			}
-			got, old := st.Resource(to), before.Resource(from)
-			if got == nil || got.ExternalID != old.ExternalID || got.Owner != old.Owner || string(got.Private.Data) != string(old.Private.Data) {
-				t.Fatalf("got %+v, want the same object (external id, owner markers, private envelope) at %s", got, to)
-			}
-			for _, r := range st.Resources {
-				for _, d := range r.Dependencies {
-					if d.Equal(from) {
-						t.Fatalf("%s still depends on %s", r.Addr, from)
+			for _, p := range pairs {
+				if want := tt.moves[p.From.String()]; p.To.String() != want {
+					t.Errorf("got %s moved to %s, want %q", p.From, p.To, want)
+				}
+				if st.Resource(p.From) != nil {
+					t.Fatalf("got %s still present, want moved", p.From)
+				}
+				got, old := st.Resource(p.To), before.Resource(p.From)
+				if got == nil || got.ExternalID != old.ExternalID || got.Owner != old.Owner || string(got.Private.Data) != string(old.Private.Data) {
+					t.Fatalf("got %+v, want the same object (external id, owner markers, private envelope) at %s", got, p.To)
+				}
+				for _, r := range st.Resources {
+					for _, d := range r.Dependencies {
+						if d.Equal(p.From) {
+							t.Fatalf("%s still depends on %s", r.Addr, p.From)
+						}
 					}
 				}
+			}
+			if len(st.Resources) != len(before.Resources) {
+				t.Fatalf("got %d resources, want %d", len(st.Resources), len(before.Resources))
 			}
 			if _, err := Decode(mustEncode(t, st)); err != nil {
 				t.Fatalf("moved state does not decode: %v", err)
@@ -329,7 +354,9 @@ func TestMoveSharedDependencies(t *testing.T) {
 		r.Dependencies = shared
 	}
 	to := addrs.MustParseInstance("sysbox_network.core")
-	if err := st.Move(addrs.MustParseInstance("sysbox_network.lan"), to, t0.Add(time.Hour)); err != nil {
+	from, _ := addrs.ParseTarget("sysbox_network.lan")
+	toT, _ := addrs.ParseTarget(to.String())
+	if _, err := st.Move(from, toT, t0.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := shared[0].String(), "sysbox_network.lan"; got != want {

@@ -339,34 +339,102 @@ func renderShow(w io.Writer, v stateShowJSON) {
 
 func newStateMvCommand(app *App) *cobra.Command {
 	var sf stateFlags
+	var dryRun, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "mv OLD NEW",
-		Short: "Give a resource a new address, keeping its object",
-		Long: "mv re-addresses a resource in the state without deleting or creating anything: its external object, " +
-			"ownership markers and private state stay. It refuses when OLD is missing, NEW exists or the type would change. " +
-			"The state is snapshotted first and saved by compare-and-swap under the state lock.",
+		Short: "Give resources or modules a new address, keeping their objects",
+		Long: "mv re-addresses resources in the state without deleting or creating anything: external objects, " +
+			"ownership markers, private state and fixed computed values (MAC addresses) stay. OLD and NEW are instances " +
+			"(sysbox_node.web[0] to sysbox_node.web[\"a\"]), resources with all their instances (sysbox_node.foo to " +
+			"sysbox_node.bar) or modules with everything in them (module.a to module.b, module.a[\"x\"] to module.b). " +
+			"An ill-formed move (resource to one instance, onto an existing address, a type change) is refused before " +
+			"anything is written. -dry-run prints what would move. The state is snapshotted first and saved by " +
+			"compare-and-swap under the state lock.",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			from, err := parseAddrArg("source address", args[0])
+			from, err := parseTargetArg("source address", args[0])
 			if err != nil {
 				return err
 			}
-			to, err := parseAddrArg("destination address", args[1])
+			to, err := parseTargetArg("destination address", args[1])
 			if err != nil {
 				return err
 			}
-			st, err := app.mutateState(cmd.Context(), &sf, "state mv", func(st *states.State) error {
-				return st.Move(from, to, time.Now())
-			})
+			// Judge the move on a copy first: a refused move writes nothing, not even the
+			// snapshot Mutate takes; under the lock it is judged again on the current state.
+			st, err := app.readState(cmd.Context(), &sf)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(app.Env.Stdout, "Moved %s to %s (state serial %d). No external object was touched.\n", from, to, st.Serial)
+			pairs, err := st.Clone().Move(from, to, time.Now())
+			if err != nil {
+				return err
+			}
+			serial := st.Serial
+			if !dryRun {
+				st, err := app.mutateState(cmd.Context(), &sf, "state mv", func(st *states.State) error {
+					var err error
+					pairs, err = st.Move(from, to, time.Now())
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				serial = st.Serial
+			}
+			if asJSON {
+				return writeJSON(app.Env.Stdout, moveJSON(pairs, dryRun, serial))
+			}
+			renderMove(app.Env.Stdout, pairs, dryRun, serial)
 			return nil
 		},
 	}
 	addStateFlags(cmd, &sf, true)
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would move; change nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+func parseTargetArg(what, s string) (addrs.Target, error) {
+	t, err := addrs.ParseTarget(s)
+	if err != nil {
+		return addrs.Target{}, fmt.Errorf("%s %q: %w", what, s, err)
+	}
+	return t, nil
+}
+
+type stateMvJSON struct {
+	DryRun bool         `json:"dry_run"`
+	Serial uint64       `json:"serial"`
+	Moves  []stateMvRow `json:"moves"`
+}
+
+type stateMvRow struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+func moveJSON(pairs []addrs.MovePair, dryRun bool, serial uint64) stateMvJSON {
+	out := stateMvJSON{DryRun: dryRun, Serial: serial, Moves: []stateMvRow{}}
+	for _, p := range pairs {
+		out.Moves = append(out.Moves, stateMvRow{From: p.From.String(), To: p.To.String()})
+	}
+	return out
+}
+
+func renderMove(w io.Writer, pairs []addrs.MovePair, dryRun bool, serial uint64) {
+	verb := "Moved"
+	if dryRun {
+		verb = "Would move"
+	}
+	for _, p := range pairs {
+		fmt.Fprintf(w, "%s %s to %s\n", verb, p.From, p.To)
+	}
+	if dryRun {
+		fmt.Fprintf(w, "Dry run: %d resource(s) would move; the state (serial %d) was not changed.\n", len(pairs), serial)
+		return
+	}
+	fmt.Fprintf(w, "Moved %d resource(s) (state serial %d). No external object was touched.\n", len(pairs), serial)
 }
 
 // ---- state rm --------------------------------------------------------------------------------

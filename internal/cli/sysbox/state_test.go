@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -177,6 +178,91 @@ func TestStateMv(t *testing.T) {
 				t.Fatalf("got snapshots %+v, want one of serial 1 taken before mv", snaps)
 			}
 		})
+	}
+}
+
+// TestStateListModuleCallSelectsItsInstances: `state list module.bax` lists module.bax[0] and
+// module.bax["a"] (OpenTofu), not module.baxter.
+func TestStateListModuleCallSelectsItsInstances(t *testing.T) {
+	p, _ := seedState(t, `module.bax[0].sysbox_node.n`, `module.bax["a"].sysbox_node.n`, `module.baxter.sysbox_node.n`, `module.bax["a"].module.in.sysbox_node.m`)
+	for _, tt := range []struct{ arg, want string }{
+		{"module.bax", "module.bax[0].sysbox_node.n\nmodule.bax[\"a\"].sysbox_node.n\nmodule.bax[\"a\"].module.in.sysbox_node.m\n"},
+		{`module.bax["a"]`, "module.bax[\"a\"].sysbox_node.n\nmodule.bax[\"a\"].module.in.sysbox_node.m\n"},
+		{"module.bax.module.in", "module.bax[\"a\"].module.in.sysbox_node.m\n"},
+	} {
+		out, errOut, code := runCLI(t, t.TempDir(), "", "state", "list", "-state", p, tt.arg)
+		if code != 0 || out != tt.want {
+			t.Errorf("state list %s: got exit %d, stdout %q, stderr %q; want 0 and %q", tt.arg, code, out, errOut, tt.want)
+		}
+	}
+}
+
+// TestStateMvWholeObjects moves a resource with all its instances and a module with everything
+// in it; -dry-run shows the same moves without writing; --json reports them.
+func TestStateMvWholeObjects(t *testing.T) {
+	seed := []string{"sysbox_node.foo[0]", "sysbox_node.foo[1]", `module.a["x"].sysbox_node.n`, `module.a["y"].sysbox_node.n`, "sysbox_network.lan"}
+	tests := []struct {
+		from, to string
+		want     []stateMvRow
+	}{
+		{"sysbox_node.foo", "sysbox_node.bar", []stateMvRow{{"sysbox_node.foo[0]", "sysbox_node.bar[0]"}, {"sysbox_node.foo[1]", "sysbox_node.bar[1]"}}},
+		{"module.a", "module.b", []stateMvRow{{`module.a["x"].sysbox_node.n`, `module.b["x"].sysbox_node.n`}, {`module.a["y"].sysbox_node.n`, `module.b["y"].sysbox_node.n`}}},
+		{`module.a["x"]`, "module.b", []stateMvRow{{`module.a["x"].sysbox_node.n`, `module.b.sysbox_node.n`}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.from+" to "+tt.to, func(t *testing.T) {
+			p, before := seedState(t, seed...)
+			out, errOut, code := runCLI(t, t.TempDir(), "", "state", "mv", "-state", p, "-dry-run", "--json", tt.from, tt.to)
+			var dry stateMvJSON
+			if err := json.Unmarshal([]byte(out), &dry); err != nil || code != 0 {
+				t.Fatalf("-dry-run --json: exit %d %v %q %q", code, err, out, errOut)
+			}
+			if !dry.DryRun || dry.Serial != 1 || !slices.Equal(dry.Moves, tt.want) {
+				t.Fatalf("-dry-run: got %+v, want moves %v at serial 1", dry, tt.want)
+			}
+			if st := readState(t, p); st.Serial != 1 || !slices.EqualFunc(st.Addresses(), before.Addresses(), addrs.Instance.Equal) {
+				t.Fatalf("-dry-run changed the state: serial %d, %v", st.Serial, st.Addresses())
+			}
+			out, errOut, code = runCLI(t, t.TempDir(), "", "state", "mv", "-state", p, tt.from, tt.to)
+			if code != 0 {
+				t.Fatalf("mv: exit %d %q", code, errOut)
+			}
+			for _, m := range tt.want {
+				if !strings.Contains(out, "Moved "+m.From+" to "+m.To+"\n") {
+					t.Errorf("stdout %q does not report %s -> %s", out, m.From, m.To)
+				}
+			}
+			after := readState(t, p)
+			for _, m := range tt.want {
+				old, moved := before.Resource(addrs.MustParseInstance(m.From)), after.Resource(addrs.MustParseInstance(m.To))
+				if moved == nil || after.Resource(addrs.MustParseInstance(m.From)) != nil || moved.ExternalID != old.ExternalID || moved.Owner != old.Owner {
+					t.Fatalf("%s -> %s: got %v; want the same object at the new address only", m.From, m.To, after.Addresses())
+				}
+			}
+			if len(after.Resources) != len(before.Resources) || after.Serial != 2 {
+				t.Fatalf("got %d resources at serial %d, want %d at serial 2", len(after.Resources), after.Serial, len(before.Resources))
+			}
+		})
+	}
+	for _, tt := range []struct{ from, to, want string }{
+		{"sysbox_node.foo", "sysbox_node.foo[0]", "has 2 instance(s)"},
+		{"sysbox_node.foo", "sysbox_network.lan", "resource type would change"},
+		{"module.a", "module.z[0]", "module.a has several instances"},
+		{"sysbox_node.foo[0]", "sysbox_node.foo[1]", "sysbox_node.foo[1] already exists in state"},
+	} {
+		p, _ := seedState(t, seed...)
+		for _, extra := range [][]string{{"-dry-run"}, nil} {
+			_, errOut, code := runCLI(t, t.TempDir(), "", append(append([]string{"state", "mv", "-state", p}, extra...), tt.from, tt.to)...)
+			if code != 1 || !strings.Contains(errOut, tt.want) {
+				t.Errorf("mv %v %s %s: got exit %d %q, want 1 and %q", extra, tt.from, tt.to, code, errOut, tt.want)
+			}
+		}
+		if st := readState(t, p); st.Serial != 1 {
+			t.Errorf("refused mv %s %s saved the state (serial %d)", tt.from, tt.to, st.Serial)
+		}
+		if snaps, _ := mustLocal(t, p).Snapshots(context.Background()); len(snaps) != 0 {
+			t.Errorf("refused mv %s %s took a snapshot: %+v", tt.from, tt.to, snaps)
+		}
 	}
 }
 
