@@ -56,6 +56,22 @@ func attrName(tr hcl.Traversal, i int) string {
 	return ""
 }
 
+// scopeBuilder collects the variables of one evaluation context while scope resolves an
+// expression's references, one method per kind of reference.
+type scopeBuilder struct {
+	e       *evaluator
+	mi      *modInst
+	deps    []*resSlot
+	failed  bool
+	vars    map[string]map[string]cty.Value // var, local, and TYPE → NAME → value
+	data    map[string]map[string]cty.Value // data TYPE → NAME → value
+	partial map[string]map[string]cty.Value // resource key → referenced attributes
+	full    map[string]*resSlot             // resources referenced as a whole
+	modFull map[string]cty.Value
+	modPart map[string]map[string]cty.Value
+	out     map[string]cty.Value
+}
+
 // scope resolves the references of an expression (or body) in mi into the variables of an
 // evaluation context, evaluating what they refer to on demand. It returns the resources the
 // values came from.
@@ -63,203 +79,206 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 	if len(travs) == 0 {
 		return nil, nil, false
 	}
-	var deps []*resSlot
-	failed := false
-	var vars map[string]map[string]cty.Value
-	put := func(root, name string, v cty.Value) {
-		if vars == nil {
-			vars = map[string]map[string]cty.Value{}
-		}
-		m := vars[root]
-		if m == nil {
-			m = map[string]cty.Value{}
-			vars[root] = m
-		}
-		m[name] = v
-	}
-	var data map[string]map[string]cty.Value
-	var partial map[string]map[string]cty.Value // resource key → referenced attributes
-	var full map[string]*resSlot                // resources referenced as a whole
-	var modFull map[string]cty.Value
-	var modPart map[string]map[string]cty.Value
-	out := make(map[string]cty.Value, 4)
+	b := &scopeBuilder{e: e, mi: mi, out: make(map[string]cty.Value, 4)}
 	for _, tr := range travs {
-		root := tr.RootName()
-		rng := tr.SourceRange()
-		switch root {
+		switch root := tr.RootName(); root {
 		case "var", "local":
-			name := attrName(tr, 1)
-			if name == "" {
-				e.errf(rng.Ptr(), "Invalid reference", "%s must be followed by .NAME", root)
-				failed = true
-				continue
-			}
-			var s *valSlot
-			if root == "var" {
-				if _, ok := mi.mod.Variables[name]; !ok {
-					e.errf(rng.Ptr(), "Reference to undeclared input variable", "no variable %q is declared in %s", name, moduleWhere(mi))
-					failed = true
-					continue
-				}
-				s = e.variable(mi, name)
-			} else {
-				if _, ok := mi.mod.Locals[name]; !ok {
-					e.errf(rng.Ptr(), "Reference to undeclared local value", "no local value %q is declared in %s", name, moduleWhere(mi))
-					failed = true
-					continue
-				}
-				s = e.local(mi, name)
-			}
-			put(root, name, s.val)
-			deps = append(deps, s.deps...)
-			failed = failed || s.failed
-		case "count":
-			if allowed != repCount {
-				e.errf(rng.Ptr(), "Reference to count in a non-counted context", "count.index is only available in a resource or module block that sets count")
-				failed = true
-				continue
-			}
-			if attrName(tr, 1) != "index" {
-				e.errf(rng.Ptr(), "Invalid count attribute", "the only attribute of count is index")
-				failed = true
-			}
-		case "each":
-			if allowed != repEach {
-				e.errf(rng.Ptr(), "Reference to each in a context without for_each", "each.key and each.value are only available in a resource or module block that sets for_each")
-				failed = true
-				continue
-			}
-			if a := attrName(tr, 1); a != "key" && a != "value" {
-				e.errf(rng.Ptr(), "Invalid each attribute", "each has only key and value")
-				failed = true
-			}
+			b.value(tr, root)
+		case "count", "each":
+			b.repetition(tr, root, allowed)
 		case "path":
-			dir := mi.mod.Dir
-			abs, _ := filepath.Abs(dir)
+			abs, _ := filepath.Abs(mi.mod.Dir)
 			rootAbs, _ := filepath.Abs(e.rootDir)
-			out["path"] = cty.ObjectVal(map[string]cty.Value{"module": cty.StringVal(abs), "root": cty.StringVal(rootAbs)})
+			b.out["path"] = cty.ObjectVal(map[string]cty.Value{"module": cty.StringVal(abs), "root": cty.StringVal(rootAbs)})
 		case "module":
-			name := attrName(tr, 1)
-			c, ok := mi.mod.Calls[name]
-			if !ok {
-				e.errf(rng.Ptr(), "Reference to undeclared module", "no module call %q is declared in %s", name, moduleWhere(mi))
-				failed = true
-				continue
-			}
-			cs := e.expandCall(mi, name)
-			if cs == nil || cs.failed {
-				failed = true
-				continue
-			}
-			outName := attrName(tr, 2)
-			if c.Count == nil && c.ForEach == nil && outName != "" {
-				if _, ok := c.Child.Outputs[outName]; !ok {
-					e.errf(rng.Ptr(), "Unsupported attribute", "module %q has no output %q", name, outName)
-					failed = true
-					continue
-				}
-				os := e.output(cs.children[0], outName)
-				if modPart == nil {
-					modPart = map[string]map[string]cty.Value{}
-				}
-				if modPart[name] == nil {
-					modPart[name] = map[string]cty.Value{}
-				}
-				modPart[name][outName] = os.val
-				deps = append(deps, os.deps...)
-				failed = failed || os.failed
-				continue
-			}
-			v, d, f := e.callValue(cs)
-			if modFull == nil {
-				modFull = map[string]cty.Value{}
-			}
-			modFull[name] = v
-			deps = append(deps, d...)
-			failed = failed || f
+			b.module(tr)
 		case "data":
-			typ, name := attrName(tr, 1), attrName(tr, 2)
-			key := "data." + typ + "." + name
-			if _, ok := mi.mod.Resources[key]; !ok {
-				e.errf(rng.Ptr(), "Reference to undeclared data source", "no data %q %q is declared in %s", typ, name, moduleWhere(mi))
-				failed = true
-				continue
-			}
-			rs := e.resource(mi, key)
-			if data == nil {
-				data = map[string]map[string]cty.Value{}
-			}
-			if data[typ] == nil {
-				data[typ] = map[string]cty.Value{}
-			}
-			data[typ][name] = rs.value()
-			deps = append(deps, rs)
-			failed = failed || rs.failed
+			b.dataSource(tr)
 		case "self", "terraform":
-			e.errf(rng.Ptr(), "Unsupported reference", "%s is not available in sysbox", root)
-			failed = true
+			b.fail(tr, "Unsupported reference", "%s is not available in sysbox", root)
 		default:
-			name := attrName(tr, 1)
-			key := root + "." + name
-			if _, ok := mi.mod.Resources[key]; !ok {
-				e.errf(rng.Ptr(), "Reference to undeclared resource", "no resource %q %q is declared in %s (references are var.*, local.*, module.*, data.*, count.*, each.*, path.* or TYPE.NAME)", root, name, moduleWhere(mi))
-				failed = true
-				continue
-			}
-			rs := e.resource(mi, key)
-			deps = append(deps, rs)
-			failed = failed || rs.failed
-			// TYPE.NAME.ATTR on a single-instance resource needs only that attribute
-			if attr := attrName(tr, 2); attr != "" && rs.kind == repNone && !rs.failed && len(rs.insts) == 1 && rs.insts[0].refAttr != nil {
-				if v, ok := rs.insts[0].refAttr(attr); ok {
-					if partial == nil {
-						partial = map[string]map[string]cty.Value{}
-					}
-					if partial[key] == nil {
-						partial[key] = map[string]cty.Value{}
-					}
-					partial[key][attr] = v
-					continue
-				}
-			}
-			if full == nil {
-				full = map[string]*resSlot{}
-			}
-			full[key] = rs
+			b.resource(tr)
 		}
 	}
-	for key, attrs := range partial {
-		if _, ok := full[key]; ok {
+	return b.finish(), b.deps, b.failed
+}
+
+func (b *scopeBuilder) fail(tr hcl.Traversal, summary, format string, args ...any) {
+	rng := tr.SourceRange()
+	b.e.errf(rng.Ptr(), summary, format, args...)
+	b.failed = true
+}
+
+func (b *scopeBuilder) put(root, name string, v cty.Value) {
+	b.vars = putNested(b.vars, root, name, v)
+}
+
+// putNested sets m[a][b] = v, creating the maps as needed.
+func putNested(m map[string]map[string]cty.Value, a, b string, v cty.Value) map[string]map[string]cty.Value {
+	if m == nil {
+		m = map[string]map[string]cty.Value{}
+	}
+	if m[a] == nil {
+		m[a] = map[string]cty.Value{}
+	}
+	m[a][b] = v
+	return m
+}
+
+// value resolves var.NAME and local.NAME.
+func (b *scopeBuilder) value(tr hcl.Traversal, root string) {
+	mi := b.mi
+	name := attrName(tr, 1)
+	if name == "" {
+		b.fail(tr, "Invalid reference", "%s must be followed by .NAME", root)
+		return
+	}
+	var s *valSlot
+	if root == "var" {
+		if _, ok := mi.mod.Variables[name]; !ok {
+			b.fail(tr, "Reference to undeclared input variable", "no variable %q is declared in %s", name, moduleWhere(mi))
+			return
+		}
+		s = b.e.variable(mi, name)
+	} else {
+		if _, ok := mi.mod.Locals[name]; !ok {
+			b.fail(tr, "Reference to undeclared local value", "no local value %q is declared in %s", name, moduleWhere(mi))
+			return
+		}
+		s = b.e.local(mi, name)
+	}
+	b.put(root, name, s.val)
+	b.deps = append(b.deps, s.deps...)
+	b.failed = b.failed || s.failed
+}
+
+// repetition checks count.index and each.key/each.value (withRep supplies their values).
+func (b *scopeBuilder) repetition(tr hcl.Traversal, root string, allowed repKind) {
+	if root == "count" {
+		if allowed != repCount {
+			b.fail(tr, "Reference to count in a non-counted context", "count.index is only available in a resource or module block that sets count")
+		} else if attrName(tr, 1) != "index" {
+			b.fail(tr, "Invalid count attribute", "the only attribute of count is index")
+		}
+		return
+	}
+	if allowed != repEach {
+		b.fail(tr, "Reference to each in a context without for_each", "each.key and each.value are only available in a resource or module block that sets for_each")
+	} else if a := attrName(tr, 1); a != "key" && a != "value" {
+		b.fail(tr, "Invalid each attribute", "each has only key and value")
+	}
+}
+
+// module resolves module.NAME (all outputs) and module.NAME.OUTPUT (one output of a single
+// instance call, evaluated alone).
+func (b *scopeBuilder) module(tr hcl.Traversal) {
+	mi := b.mi
+	name := attrName(tr, 1)
+	c, ok := mi.mod.Calls[name]
+	if !ok {
+		b.fail(tr, "Reference to undeclared module", "no module call %q is declared in %s", name, moduleWhere(mi))
+		return
+	}
+	cs := b.e.expandCall(mi, name)
+	if cs == nil || cs.failed {
+		b.failed = true
+		return
+	}
+	outName := attrName(tr, 2)
+	if c.Count == nil && c.ForEach == nil && outName != "" {
+		if _, ok := c.Child.Outputs[outName]; !ok {
+			b.fail(tr, "Unsupported attribute", "module %q has no output %q", name, outName)
+			return
+		}
+		os := b.e.output(cs.children[0], outName)
+		b.modPart = putNested(b.modPart, name, outName, os.val)
+		b.deps = append(b.deps, os.deps...)
+		b.failed = b.failed || os.failed
+		return
+	}
+	v, d, f := b.e.callValue(cs)
+	if b.modFull == nil {
+		b.modFull = map[string]cty.Value{}
+	}
+	b.modFull[name] = v
+	b.deps = append(b.deps, d...)
+	b.failed = b.failed || f
+}
+
+// dataSource resolves data.TYPE.NAME.
+func (b *scopeBuilder) dataSource(tr hcl.Traversal) {
+	mi := b.mi
+	typ, name := attrName(tr, 1), attrName(tr, 2)
+	key := "data." + typ + "." + name
+	if _, ok := mi.mod.Resources[key]; !ok {
+		b.fail(tr, "Reference to undeclared data source", "no data %q %q is declared in %s", typ, name, moduleWhere(mi))
+		return
+	}
+	rs := b.e.resource(mi, key)
+	b.data = putNested(b.data, typ, name, rs.value())
+	b.deps = append(b.deps, rs)
+	b.failed = b.failed || rs.failed
+}
+
+// resource resolves TYPE.NAME; TYPE.NAME.ATTR of a single-instance resource needs only that
+// attribute, so it does not wait for the whole resource.
+func (b *scopeBuilder) resource(tr hcl.Traversal) {
+	mi := b.mi
+	root, name := tr.RootName(), attrName(tr, 1)
+	key := root + "." + name
+	if _, ok := mi.mod.Resources[key]; !ok {
+		b.fail(tr, "Reference to undeclared resource", "no resource %q %q is declared in %s (references are var.*, local.*, module.*, data.*, count.*, each.*, path.* or TYPE.NAME)", root, name, moduleWhere(mi))
+		return
+	}
+	rs := b.e.resource(mi, key)
+	b.deps = append(b.deps, rs)
+	b.failed = b.failed || rs.failed
+	if attr := attrName(tr, 2); attr != "" && rs.kind == repNone && !rs.failed && len(rs.insts) == 1 && rs.insts[0].refAttr != nil {
+		if v, ok := rs.insts[0].refAttr(attr); ok {
+			b.partial = putNested(b.partial, key, attr, v)
+			return
+		}
+	}
+	if b.full == nil {
+		b.full = map[string]*resSlot{}
+	}
+	b.full[key] = rs
+}
+
+// finish assembles the evaluation context's variables.
+func (b *scopeBuilder) finish() map[string]cty.Value {
+	for key, attrs := range b.partial {
+		if _, ok := b.full[key]; ok {
 			continue
 		}
 		typ, name, _ := strings.Cut(key, ".")
-		put(typ, name, cty.ObjectVal(attrs))
+		b.put(typ, name, cty.ObjectVal(attrs))
 	}
-	for key, rs := range full {
+	for key, rs := range b.full {
 		typ, name, _ := strings.Cut(key, ".")
-		put(typ, name, rs.value())
+		b.put(typ, name, rs.value())
 	}
-	for root, m := range vars {
-		out[root] = cty.ObjectVal(m)
+	for root, m := range b.vars {
+		b.out[root] = cty.ObjectVal(m)
 	}
-	if len(data) > 0 {
+	if len(b.data) > 0 {
 		d := map[string]cty.Value{}
-		for typ, m := range data {
+		for typ, m := range b.data {
 			d[typ] = cty.ObjectVal(m)
 		}
-		out["data"] = cty.ObjectVal(d)
+		b.out["data"] = cty.ObjectVal(d)
 	}
-	if len(modFull)+len(modPart) > 0 {
+	if len(b.modFull)+len(b.modPart) > 0 {
 		m := map[string]cty.Value{}
-		for n, parts := range modPart {
+		for n, parts := range b.modPart {
 			m[n] = cty.ObjectVal(parts)
 		}
-		for n, v := range modFull {
+		for n, v := range b.modFull {
 			m[n] = v
 		}
-		out["module"] = cty.ObjectVal(m)
+		b.out["module"] = cty.ObjectVal(m)
 	}
-	return out, deps, failed
+	return b.out
 }
 
 func moduleWhere(mi *modInst) string {
