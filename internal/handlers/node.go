@@ -40,7 +40,10 @@ type NodeConfig struct {
 type Attachment struct {
 	Network string   `json:"network"` // canonical address of a sysbox_network
 	IPv4    []string `json:"ipv4,omitempty"`
-	MAC     string   `json:"mac"` // configured, or derived from address + name
+	MAC     string   `json:"mac"` // configured, or derived from address + name at creation
+	// MACDerived says MAC was not configured: once the node exists, its MAC is the one fixed in
+	// state at creation (KeepFromPrior), whatever address the node has since been moved to.
+	MACDerived bool `json:"-"`
 	Gateway string   `json:"gateway,omitempty"`
 	Aliases []string `json:"aliases,omitempty"`
 }
@@ -63,6 +66,8 @@ var NodeDrivers = []string{"netns", "docker", "libvirt", "firecracker"}
 var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+
+var _ plans.PriorKeeper = (*Node)(nil)
 
 // Node handles sysbox_node.
 type Node struct{}
@@ -209,7 +214,7 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 				}
 			}
 			if at.MAC == "" {
-				at.MAC = defaultMAC(req.Addr, name)
+				at.MAC, at.MACDerived = defaultMAC(req.Addr, name), true
 			} else if hw, err := net.ParseMAC(at.MAC); err != nil || len(hw) != 6 || hw[0]&1 == 1 {
 				d.add(d.block("attachment", name, 0, "mac"), "Invalid MAC", "attachment %q: mac %q must be a unicast 48-bit MAC like 02:00:00:00:00:01", name, at.MAC)
 			} else {
@@ -275,6 +280,42 @@ func (*Node) Desired(ri *config.ResourceInstance, facts plans.Facts) (json.RawMe
 		c.KernelDigest = facts.Artifacts[c.Kernel].Digest
 	}
 	return marshalStored(c)
+}
+
+// KeepFromPrior implements plans.PriorKeeper: an attachment whose MAC is not configured keeps
+// the MAC its node was created with (state mv then rename plans no change). A configured MAC
+// is compared as configured.
+func (*Node) KeepFromPrior(ri *config.ResourceInstance, prior, desired json.RawMessage) (json.RawMessage, error) {
+	c, err := configOf[NodeConfig](ri)
+	if err != nil {
+		return nil, err
+	}
+	var p struct {
+		Attachments map[string]struct {
+			MAC string `json:"mac"`
+		} `json:"attachment"`
+	}
+	if err := json.Unmarshal(prior, &p); err != nil {
+		return nil, fmt.Errorf("prior attributes: %w", err)
+	}
+	var d NodeConfig
+	if err := json.Unmarshal(desired, &d); err != nil {
+		return nil, fmt.Errorf("desired attributes: %w", err)
+	}
+	kept := false
+	for name, at := range d.Attachments {
+		pa, ok := p.Attachments[name]
+		if !ok || pa.MAC == "" || !c.Attachments[name].MACDerived || pa.MAC == at.MAC {
+			continue
+		}
+		at.MAC = pa.MAC
+		d.Attachments[name] = at
+		kept = true
+	}
+	if !kept {
+		return desired, nil
+	}
+	return marshalStored(d)
 }
 
 // nodeRules: a node has no in-place update. Every attribute that shapes the running node

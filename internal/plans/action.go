@@ -76,6 +76,14 @@ type Handler interface {
 	Requirements(attrs json.RawMessage, action Action) (Requirement, error)
 }
 
+// PriorKeeper is implemented by handlers whose stored form holds values fixed when the object
+// was created (a derived default MAC): given the prior stored form of the same address, it
+// returns desired with those values kept, so that an object moved by `state mv` (whose default
+// would now derive from another address) keeps its identity.
+type PriorKeeper interface {
+	KeepFromPrior(ri *config.ResourceInstance, prior, desired json.RawMessage) (json.RawMessage, error)
+}
+
 // Handlers finds the handler of a resource type.
 type Handlers interface {
 	Handler(mode addrs.ResourceMode, typ string) (Handler, bool)

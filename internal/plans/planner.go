@@ -359,6 +359,12 @@ func (p *Planner) ownPlan(ri *config.ResourceInstance, prior map[string]PriorRes
 		return act, h, nil
 	}
 	pr, exists := prior[ri.Addr.UniqueKey()]
+	if k, ok := h.(PriorKeeper); ok && exists && len(pr.Attributes) > 0 {
+		if act.After, err = k.KeepFromPrior(ri, pr.Attributes, after); err != nil {
+			return ResourceAction{}, nil, fmt.Errorf("%s: %w", ri.Addr, err)
+		}
+		after = act.After
+	}
 	switch {
 	case !exists:
 		act.Action, act.Reason = Create, "not in state"
