@@ -43,9 +43,9 @@ type Attachment struct {
 	MAC     string   `json:"mac"` // configured, or derived from address + name at creation
 	// MACDerived says MAC was not configured: once the node exists, its MAC is the one fixed in
 	// state at creation (KeepFromPrior), whatever address the node has since been moved to.
-	MACDerived bool `json:"-"`
-	Gateway string   `json:"gateway,omitempty"`
-	Aliases []string `json:"aliases,omitempty"`
+	MACDerived bool     `json:"-"`
+	Gateway    string   `json:"gateway,omitempty"`
+	Aliases    []string `json:"aliases,omitempty"`
 }
 
 // Route is a static route inside the node.
