@@ -23,6 +23,7 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/function"
 	"github.com/zclconf/go-cty/cty/function/stdlib"
+	"golang.org/x/text/encoding"
 	"golang.org/x/text/encoding/ianaindex"
 )
 
@@ -453,14 +454,23 @@ var (
 	})
 )
 
+// ianaEncoding looks up the character encoding named by argument 1 (an IANA name or alias).
+func ianaEncoding(name cty.Value) (encoding.Encoding, error) {
+	enc, err := ianaindex.IANA.Encoding(name.AsString())
+	if err != nil || enc == nil {
+		return nil, function.NewArgErrorf(1, "%q is not a supported IANA encoding name or alias", name.AsString())
+	}
+	return enc, nil
+}
+
 var textEncodeBase64Func = function.New(&function.Spec{
 	Description: "Encodes str in the named character encoding, then in base64.",
 	Params:      []function.Parameter{{Name: "string", Type: cty.String}, {Name: "encoding", Type: cty.String}},
 	Type:        function.StaticReturnType(cty.String),
 	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-		enc, err := ianaindex.IANA.Encoding(args[1].AsString())
-		if err != nil || enc == nil {
-			return cty.UnknownVal(cty.String), function.NewArgErrorf(1, "%q is not a supported IANA encoding name or alias", args[1].AsString())
+		enc, err := ianaEncoding(args[1])
+		if err != nil {
+			return cty.UnknownVal(cty.String), err
 		}
 		b, err := enc.NewEncoder().Bytes([]byte(args[0].AsString()))
 		if err != nil {
@@ -475,9 +485,9 @@ var textDecodeBase64Func = function.New(&function.Spec{
 	Params:      []function.Parameter{{Name: "source", Type: cty.String}, {Name: "encoding", Type: cty.String}},
 	Type:        function.StaticReturnType(cty.String),
 	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
-		enc, err := ianaindex.IANA.Encoding(args[1].AsString())
-		if err != nil || enc == nil {
-			return cty.UnknownVal(cty.String), function.NewArgErrorf(1, "%q is not a supported IANA encoding name or alias", args[1].AsString())
+		enc, err := ianaEncoding(args[1])
+		if err != nil {
+			return cty.UnknownVal(cty.String), err
 		}
 		raw, err := base64.StdEncoding.DecodeString(args[0].AsString())
 		if err != nil {

@@ -54,14 +54,7 @@ func checkMoveKeepsIdentity(t *testing.T, sb func(args ...string) result) {
 	t.Helper()
 	expect := func(r result, code int, want ...string) {
 		t.Helper()
-		if r.code != code {
-			t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
-		}
-		for _, w := range want {
-			if !strings.Contains(r.stdout+r.stderr, w) {
-				t.Fatalf("output lacks %q\nstdout: %s\nstderr: %s", w, r.stdout, r.stderr)
-			}
-		}
+		expectResult(t, r, code, want...)
 	}
 	expect(sb("apply", "-auto-approve"), 0, "Apply complete.")
 	expect(sb("state", "mv", "sysbox_node.n1", "sysbox_node.first"), 0, "Moved sysbox_node.n1 to sysbox_node.first")
@@ -110,17 +103,7 @@ func TestStateMvThenRenamePlansNoChangeRealDrivers(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	writeIdentityTopology(t, dir, "n1", "pool", "2")
-	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-dockerd.sock"))
-	environ := []string{"PATH=" + os.Getenv("PATH")}
-	sb := func(args ...string) result {
-		t.Helper()
-		return runSame(t, environ, append([]string{"--chdir", dir}, args...)...)
-	}
-	t.Cleanup(func() {
-		if r := sb("destroy", "-auto-approve"); r.code != 0 {
-			t.Errorf("cleanup destroy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
-		}
-	})
+	sb := netnsOnlyCLI(t, dir)
 	checkMoveKeepsIdentity(t, sb)
 	writeIdentityTopology(t, dir, "first", "web", "2")
 	if r := sb("plan", "-detailed-exitcode"); r.code != 0 || !strings.Contains(r.stdout, "No changes") {

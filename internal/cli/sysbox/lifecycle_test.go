@@ -29,14 +29,7 @@ func TestLifecycleCommands(t *testing.T) {
 	}
 	expect := func(r result, code int, want ...string) {
 		t.Helper()
-		if r.code != code {
-			t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
-		}
-		for _, w := range want {
-			if !strings.Contains(r.stdout+r.stderr, w) {
-				t.Fatalf("output lacks %q\nstdout: %s\nstderr: %s", w, r.stdout, r.stderr)
-			}
-		}
+		expectResult(t, r, code, want...)
 	}
 	// Without approval (no terminal input) nothing happens.
 	expect(sb("apply"), 1, "apply cancelled; nothing was changed")
@@ -117,6 +110,19 @@ func TestApplyStalePlan(t *testing.T) {
 	}
 }
 
+// expectResult fails t unless the command exited with code and its output holds every want.
+func expectResult(t *testing.T, r result, code int, want ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stdout+r.stderr, w) {
+			t.Fatalf("output lacks %q\nstdout: %s\nstderr: %s", w, r.stdout, r.stderr)
+		}
+	}
+}
+
 func readLocalState(t *testing.T, path string) *states.State {
 	t.Helper()
 	b, err := local.New(path)
@@ -142,16 +148,13 @@ func runSame(t *testing.T, environ []string, args ...string) result {
 	return result{code, out.String(), errb.String()}
 }
 
-// TestLifecycleRealDrivers is the kernel-tier run of the same commands on examples/lab-small
-// with the real netns and nftables drivers: apply, provisioner result, traffic between two
-// nodes through their firewalls, reset of one node (traffic works again, the firewall is back),
-// a second recover that finds nothing, and destroy ending with a clean residue audit.
-func TestLifecycleRealDrivers(t *testing.T) {
-	testenv.RequireRoot(t)
-	dir := copyDir(t, "../../../examples/lab-small")
-	// dockerd unreachable: a netns-only lab must not depend on it, destroy's audit included.
+// netnsOnlyCLI runs commands on the topology in dir with the real drivers and dockerd
+// unreachable (a netns-only lab must not depend on it, destroy's audit included); the topology
+// is destroyed when the test ends.
+func netnsOnlyCLI(t *testing.T, dir string, environ ...string) func(args ...string) result {
+	t.Helper()
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-dockerd.sock"))
-	environ := []string{"WEB_TOKEN=kernel-tier-token", "PATH=" + os.Getenv("PATH")}
+	environ = append(environ, "PATH="+os.Getenv("PATH"))
 	sb := func(args ...string) result {
 		t.Helper()
 		return runSame(t, environ, append([]string{"--chdir", dir}, args...)...)
@@ -161,16 +164,20 @@ func TestLifecycleRealDrivers(t *testing.T) {
 			t.Errorf("cleanup destroy: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 	})
+	return sb
+}
+
+// TestLifecycleRealDrivers is the kernel-tier run of the same commands on examples/lab-small
+// with the real netns and nftables drivers: apply, provisioner result, traffic between two
+// nodes through their firewalls, reset of one node (traffic works again, the firewall is back),
+// a second recover that finds nothing, and destroy ending with a clean residue audit.
+func TestLifecycleRealDrivers(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := copyDir(t, "../../../examples/lab-small")
+	sb := netnsOnlyCLI(t, dir, "WEB_TOKEN=kernel-tier-token")
 	expect := func(r result, code int, want ...string) {
 		t.Helper()
-		if r.code != code {
-			t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, code, r.stdout, r.stderr)
-		}
-		for _, w := range want {
-			if !strings.Contains(r.stdout+r.stderr, w) {
-				t.Fatalf("output lacks %q\nstdout: %s\nstderr: %s", w, r.stdout, r.stderr)
-			}
-		}
+		expectResult(t, r, code, want...)
 	}
 	expect(sb("apply", "-auto-approve"), 0, "Apply complete.")
 	expect(sb("exec", "sysbox_node.web[0]", "--", "cat", "/tmp/ready"), 0, "ready")
