@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/drivertest"
 	"zyvor.dev/sysbox/internal/plans"
@@ -313,5 +314,29 @@ func TestVarFlagsAndFiles(t *testing.T) {
 	r := run(t, nil, false, "plan", "--chdir", dir, "-var", "targets=0")
 	if r.code != 1 || !strings.Contains(r.stderr, "targets must be between 1 and 50") {
 		t.Errorf("validation: %d %s", r.code, r.stderr)
+	}
+}
+
+// TestPlanTargetModuleCallSelectsEveryInstance: -target module.segment plans the resources of
+// module.segment["red"] and module.segment["blue"] (OpenTofu's containment), nothing else.
+func TestPlanTargetModuleCallSelectsEveryInstance(t *testing.T) {
+	dir := copyDir(t, "../../../examples/modules-foreach")
+	r := run(t, nil, false, "plan", "-chdir", dir, "-json", "-target", "module.segment")
+	var p struct {
+		Actions []struct{ Address string } `json:"actions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil || r.code != 0 {
+		t.Fatalf("plan: exit %d %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	seen := map[string]int{}
+	for _, a := range p.Actions {
+		inst, err := addrs.ParseInstance(a.Address)
+		if err != nil || inst.Module.IsRoot() {
+			t.Fatalf("targeted plan holds %s, outside module.segment", a.Address)
+		}
+		seen[inst.Module.String()]++
+	}
+	if seen[`module.segment["red"]`] == 0 || seen[`module.segment["blue"]`] == 0 || len(seen) != 2 {
+		t.Fatalf("targeted plan: got actions per module instance %v, want both module.segment instances", seen)
 	}
 }
