@@ -83,7 +83,8 @@ func staticFuncs() map[string]function.Function {
 			"base64sha256": base64Sha256Func, "base64sha512": base64Sha512Func,
 			"textencodebase64": textEncodeBase64Func, "textdecodebase64": textDecodeBase64Func,
 			"sensitive": sensitiveFunc, "nonsensitive": nonsensitiveFunc, "issensitive": isSensitiveFunc,
-			"tostring": stdlib.MakeToFunc(cty.String), "tonumber": stdlib.MakeToFunc(cty.Number),
+			"flip_sensitive": flipSensitiveFunc,
+			"tostring":       stdlib.MakeToFunc(cty.String), "tonumber": stdlib.MakeToFunc(cty.Number),
 			"tobool": stdlib.MakeToFunc(cty.Bool), "toset": stdlib.MakeToFunc(cty.Set(cty.DynamicPseudoType)),
 			"tolist": stdlib.MakeToFunc(cty.List(cty.DynamicPseudoType)), "tomap": stdlib.MakeToFunc(cty.Map(cty.DynamicPseudoType)),
 		}

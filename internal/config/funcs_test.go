@@ -199,6 +199,8 @@ func TestFunctionsMatchOpenTofu(t *testing.T) {
 		{expr: `issensitive(sensitive("x"))`, want: cty.True},
 		{expr: `issensitive("x")`, want: cty.False},
 		{expr: `issensitive(nonsensitive(sensitive("x")))`, want: cty.False},
+		{expr: `issensitive(flip_sensitive("x"))`, want: cty.True},
+		{expr: `issensitive(flip_sensitive(sensitive("x")))`, want: cty.False},
 		{expr: `templatestring("Hello, $${name}!", {name = "Jane"})`, want: cty.StringVal("Hello, Jane!")},
 		{expr: `core::abs(-3)`, want: cty.NumberIntVal(3)},
 		{expr: `core::length("ab")`, want: cty.NumberIntVal(2)},
@@ -278,4 +280,34 @@ func TestFileFunctionsStayInTopology(t *testing.T) {
 		{expr: `templatefile("greet.tmpl", {})`, wantErr: `vars map does not contain key "names"`},
 		{expr: `templatefile("loop.tmpl", {})`, wantErr: "sysbox does not offer the function templatefile: it cannot be called from inside a template"},
 	})
+}
+
+// TestEveryFunctionIsDocumented: docs/sysbox-language.md names every function sysbox offers or
+// refuses, so the list cannot fall behind the table.
+func TestEveryFunctionIsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/sysbox-language.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "### Functions")
+	end := strings.Index(doc, "### Variables")
+	if start < 0 || end < start {
+		t.Fatal("docs/sysbox-language.md: no Functions section")
+	}
+	words := map[string]bool{}
+	for _, f := range strings.FieldsFunc(doc[start:end], func(r rune) bool {
+		return !(r == '_' || r == ':' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9')
+	}) {
+		words[f] = true
+	}
+	dir := t.TempDir()
+	for name := range funcTable(t, dir, dir) {
+		if strings.HasPrefix(name, coreNamespace) {
+			continue
+		}
+		if !words[name] {
+			t.Errorf("function %s is not named in the Functions section of docs/sysbox-language.md", name)
+		}
+	}
 }

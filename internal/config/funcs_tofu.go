@@ -528,6 +528,20 @@ var nonsensitiveFunc = function.New(&function.Spec{
 	},
 })
 
+var flipSensitiveFunc = function.New(&function.Spec{
+	Description: "Makes a sensitive value nonsensitive and a nonsensitive value sensitive.",
+	Params:      []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowUnknown: true, AllowNull: true, AllowMarked: true, AllowDynamicType: true}},
+	Type: func(args []cty.Value) (cty.Type, error) {
+		return args[0].Type(), nil
+	},
+	Impl: func(args []cty.Value, ret cty.Type) (cty.Value, error) {
+		if args[0].HasMark(Sensitive) || args[0].HasMark(SecretRef) {
+			return nonsensitiveFunc.Call(args)
+		}
+		return sensitiveFunc.Call(args)
+	},
+})
+
 var isSensitiveFunc = function.New(&function.Spec{
 	Description: "Reports whether value is sensitive.",
 	Params:      []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowUnknown: true, AllowNull: true, AllowMarked: true, AllowDynamicType: true}},
