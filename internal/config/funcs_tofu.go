@@ -501,12 +501,16 @@ var textDecodeBase64Func = function.New(&function.Spec{
 	},
 })
 
+// markedValueParam is the one parameter of the functions that read or change marks: any value,
+// marks included.
+var markedValueParam = []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowUnknown: true, AllowNull: true, AllowMarked: true, AllowDynamicType: true}}
+
+func sameTypeAsArg(args []cty.Value) (cty.Type, error) { return args[0].Type(), nil }
+
 var sensitiveFunc = function.New(&function.Spec{
 	Description: "Marks value sensitive.",
-	Params:      []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowUnknown: true, AllowNull: true, AllowMarked: true, AllowDynamicType: true}},
-	Type: func(args []cty.Value) (cty.Type, error) {
-		return args[0].Type(), nil
-	},
+	Params:      markedValueParam,
+	Type:        sameTypeAsArg,
 	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
 		return args[0].Mark(Sensitive), nil
 	},
@@ -514,10 +518,8 @@ var sensitiveFunc = function.New(&function.Spec{
 
 var nonsensitiveFunc = function.New(&function.Spec{
 	Description: "Removes the sensitive mark of value; an env() secret reference stays marked.",
-	Params:      []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowUnknown: true, AllowNull: true, AllowMarked: true, AllowDynamicType: true}},
-	Type: func(args []cty.Value) (cty.Type, error) {
-		return args[0].Type(), nil
-	},
+	Params:      markedValueParam,
+	Type:        sameTypeAsArg,
 	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
 		v, marks := args[0].UnmarkDeep()
 		if _, ok := marks[SecretRef]; ok {
@@ -530,10 +532,8 @@ var nonsensitiveFunc = function.New(&function.Spec{
 
 var flipSensitiveFunc = function.New(&function.Spec{
 	Description: "Makes a sensitive value nonsensitive and a nonsensitive value sensitive.",
-	Params:      []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowUnknown: true, AllowNull: true, AllowMarked: true, AllowDynamicType: true}},
-	Type: func(args []cty.Value) (cty.Type, error) {
-		return args[0].Type(), nil
-	},
+	Params:      markedValueParam,
+	Type:        sameTypeAsArg,
 	Impl: func(args []cty.Value, ret cty.Type) (cty.Value, error) {
 		if args[0].HasMark(Sensitive) || args[0].HasMark(SecretRef) {
 			return nonsensitiveFunc.Call(args)
@@ -544,7 +544,7 @@ var flipSensitiveFunc = function.New(&function.Spec{
 
 var isSensitiveFunc = function.New(&function.Spec{
 	Description: "Reports whether value is sensitive.",
-	Params:      []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowUnknown: true, AllowNull: true, AllowMarked: true, AllowDynamicType: true}},
+	Params:      markedValueParam,
 	Type:        function.StaticReturnType(cty.Bool),
 	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
 		_, marks := args[0].UnmarkDeep()
