@@ -393,6 +393,30 @@ func (d *Driver) AddForeignNode(id string) error {
 	return d.persist()
 }
 
+// AddForeignAt creates an unmarked object of kind (KindNode, KindNetwork or KindPolicy) at
+// the id the fake would give owner's object (a policy's id also names its node), as if
+// someone else had taken the name, and returns that id.
+func (d *Driver) AddForeignAt(kind string, owner substrate.Owner, node string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var id string
+	switch kind {
+	case KindNode:
+		id = objectID("node", owner, "")
+		d.world.Nodes[id] = &Node{ID: id, Running: true, Foreign: true}
+	case KindNetwork:
+		id = objectID("net", owner, "")
+		d.world.Networks[id] = &Network{ID: id}
+	case KindPolicy:
+		id = policyID(node, owner)
+		d.world.Policies[id] = &Policy{ID: id, Node: node, Digest: "foreign"}
+		d.idxPolicy(d.world.Policies[id], true)
+	default:
+		return "", fmt.Errorf("fake: foreign object of kind %q: want %s, %s or %s", kind, KindNode, KindNetwork, KindPolicy)
+	}
+	return id, d.persist()
+}
+
 // Remove deletes any object by id behind sysbox's back (simulating drift or outside deletion).
 func (d *Driver) Remove(id string) error {
 	d.mu.Lock()
@@ -925,7 +949,7 @@ func (d *Driver) ApplyPolicy(ctx context.Context, node substrate.Handle, atts []
 			return substrate.Handle{}, fmt.Errorf("fake policy %s: attachment %q not wired on node %s", spec.Owner.Address, ref, n.ID)
 		}
 	}
-	id := "pol-" + n.ID + "-" + spec.Owner.ShortID(8)
+	id := policyID(n.ID, spec.Owner)
 	m := spec.Owner.Marker()
 	if p := d.world.Policies[id]; p != nil && p.Marker != m {
 		if err := owned("policy", id, p.Marker, spec.Owner); err != nil {
@@ -942,6 +966,8 @@ func (d *Driver) ApplyPolicy(ctx context.Context, node substrate.Handle, atts []
 	}
 	return d.handle(id, m), nil
 }
+
+func policyID(node string, o substrate.Owner) string { return "pol-" + node + "-" + o.ShortID(8) }
 
 func policyAttachments(spec substrate.PolicySpec) []string {
 	var out []string
