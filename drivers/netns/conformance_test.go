@@ -19,12 +19,11 @@ func TestConformance(t *testing.T) {
 	testenv.RequireRoot(t)
 	bb := testenv.RequireBinary(t, "busybox")
 	d := New()
-	drivertest.Run(t, Harness(d, bb))
+	drivertest.Run(t, harness(d, bb))
 }
 
-// Harness is the conformance harness for d; nodes run `busybox sleep`. The nftables driver's
-// conformance test builds its node side from it.
-func Harness(d *Driver, busybox string) drivertest.Harness {
+// harness is the conformance harness for d; nodes run `busybox sleep`.
+func harness(d *Driver, busybox string) drivertest.Harness {
 	return drivertest.Harness{
 		Driver: d,
 		Topology: func(t drivertest.T) string {
