@@ -2,8 +2,6 @@ package netns
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -36,7 +34,10 @@ func harness(d *Driver, busybox string) drivertest.Harness {
 		},
 		// A namespace directory that cannot be read (here: a regular file where the directory
 		// should be) is what an unreachable backend looks like to this driver.
-		Unreachable: func(t drivertest.T) (driver.Driver, func()) { return unreadable(t), func() {} },
+		Unreachable: func(t drivertest.T) (driver.Driver, func()) {
+			file := drivertest.NotADirectory(t)
+			return &Driver{NetnsDir: file, StateDir: file}, func() {}
+		},
 		NoBackend: map[driver.Capability]string{
 			driver.CapManagedNetwork: "bridges live in the host's own namespace, reached by netlink; there is no backend to cut off",
 		},
@@ -47,20 +48,6 @@ func harness(d *Driver, busybox string) drivertest.Harness {
 			return foreignNetns(t, d, NetnsName(o))
 		},
 	}
-}
-
-// unreadable returns a driver whose namespace and state directories are a regular file.
-func unreadable(t drivertest.T) *Driver {
-	dir, err := os.MkdirTemp("", "conform-")
-	if err != nil {
-		t.Fatalf("temp dir: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	file := filepath.Join(dir, "not-a-directory")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
-		t.Fatalf("%v", err)
-	}
-	return &Driver{NetnsDir: file, StateDir: file}
 }
 
 // foreignNetns mounts an unmarked namespace at name, as `ip netns add` would.

@@ -2,13 +2,10 @@ package nftables
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	nft "github.com/google/nftables"
 
-	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/drivers/netns"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/drivertest"
@@ -34,7 +31,7 @@ func TestConformance(t *testing.T) {
 		NodeDriver: nd,
 		Topology: func(t drivertest.T) string {
 			topo := drivertest.RandomTopology()
-			t.Cleanup(func() { scrub(nd, topo) })
+			t.Cleanup(func() { _ = nd.Scrub(context.Background(), topo) })
 			return topo
 		},
 		NodeSpec: func(_ drivertest.T, o substrate.Owner) substrate.NodeSpec {
@@ -43,15 +40,7 @@ func TestConformance(t *testing.T) {
 		// Namespace directories that cannot be read (a regular file where the directory should
 		// be) are what an unreachable backend looks like to this driver.
 		Unreachable: func(t drivertest.T) (driver.Driver, func()) {
-			dir, err := os.MkdirTemp("", "conform-")
-			if err != nil {
-				t.Fatalf("temp dir: %v", err)
-			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
-			file := filepath.Join(dir, "not-a-directory")
-			if err := os.WriteFile(file, nil, 0o600); err != nil {
-				t.Fatalf("%v", err)
-			}
+			file := drivertest.NotADirectory(t)
 			nodes := &netns.Driver{NetnsDir: file, StateDir: file}
 			return &Driver{NetnsDir: file, Resolve: nodes.NodeNetns}, func() {}
 		},
@@ -83,30 +72,5 @@ func foreignTable(t drivertest.T, nd *netns.Driver, node substrate.Handle, name 
 	return func() bool {
 		exists, marker, err := tableOwner(c, name)
 		return err == nil && exists && marker == nil
-	}
-}
-
-// scrub deletes what the netns driver's audit finds for topology (nodes take their tables
-// with them). Test clean-up only.
-func scrub(nd *netns.Driver, topology string) {
-	ctx := context.Background()
-	objs, _ := nd.Residue(ctx, topology)
-	for _, o := range objs {
-		if o.Kind == "netns" {
-			if h, err := nd.HandleFor(o.ExternalID); err == nil {
-				_ = nd.DeleteNode(ctx, h, o.Owner)
-			}
-		}
-	}
-	objs, _ = nd.Residue(ctx, topology)
-	for _, o := range objs {
-		switch o.Kind {
-		case "bridge":
-			_ = linuxnet.DeleteBridge(ctx, o.ExternalID, o.Owner)
-		case "veth":
-			_ = linuxnet.DeleteVeth(ctx, o.ExternalID, o.Owner)
-		case "nft-rule":
-			_ = linuxnet.RemoveForwardAccept("", o.Owner)
-		}
 	}
 }

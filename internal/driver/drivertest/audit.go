@@ -42,14 +42,8 @@ func makeAuditable(t T, h *Harness, topo string) []made {
 		out = append([]made{{o, func() error { return n.DeleteNode(ctx, hd, o) }}}, out...)
 	}
 	if slices.Contains(caps, driver.CapPolicy) {
-		p := capOf[driver.Policy](t, h.Driver, driver.CapPolicy)
-		node, atts := policyNode(t, h, topo)
-		spec := firewall(topo, 22)
-		ph, err := p.ApplyPolicy(ctx, node, atts, spec)
-		if err != nil {
-			t.Fatalf("ApplyPolicy: %v", err)
-		}
-		out = append(out, made{spec.Owner, func() error { return p.DeletePolicy(ctx, node, ph, spec.Owner) }})
+		a := applyPolicy(t, h, topo)
+		out = append(out, made{a.spec.Owner, func() error { return a.p.DeletePolicy(ctx, a.node, a.h, a.spec.Owner) }})
 	}
 	if len(out) == 0 {
 		t.Fatalf("driver %s audits but manages no object the suite can create", h.Driver.Descriptor().Name)

@@ -22,6 +22,26 @@ func policyNode(t T, h *Harness, topo string) (substrate.Handle, []substrate.Att
 	return node, []substrate.AttachmentState{st}
 }
 
+// appliedPolicy is a firewall applied to a fresh policy node.
+type appliedPolicy struct {
+	p    driver.Policy
+	node substrate.Handle
+	atts []substrate.AttachmentState
+	spec substrate.PolicySpec
+	h    substrate.Handle
+}
+
+func applyPolicy(t T, h *Harness, topo string) appliedPolicy {
+	t.Helper()
+	a := appliedPolicy{p: capOf[driver.Policy](t, h.Driver, driver.CapPolicy), spec: firewall(topo, 22)}
+	a.node, a.atts = policyNode(t, h, topo)
+	var err error
+	if a.h, err = a.p.ApplyPolicy(ctxFor(t), a.node, a.atts, a.spec); err != nil {
+		t.Fatalf("ApplyPolicy: %v", err)
+	}
+	return a
+}
+
 func firewall(topo string, port int) substrate.PolicySpec {
 	return substrate.PolicySpec{Owner: owner(topo, "sysbox_firewall", "fw"), Firewall: &substrate.Firewall{
 		DefaultInput: "drop", DefaultForward: "drop", DefaultOutput: "accept",
@@ -33,14 +53,9 @@ func firewall(topo string, port int) substrate.PolicySpec {
 // replaces it in place, no other owner deletes it, its owner does and it is Absent.
 func policyLifecycle(t T, h *Harness) {
 	ctx := ctxFor(t)
-	p := capOf[driver.Policy](t, h.Driver, driver.CapPolicy)
 	topo := h.Topology(t)
-	node, atts := policyNode(t, h, topo)
-	spec := firewall(topo, 22)
-	ph, err := p.ApplyPolicy(ctx, node, atts, spec)
-	if err != nil {
-		t.Fatalf("ApplyPolicy: %v", err)
-	}
+	a := applyPolicy(t, h, topo)
+	p, node, atts, spec, ph := a.p, a.node, a.atts, a.spec, a.h
 	obs, err := p.ObservePolicy(ctx, node, ph, atts, spec)
 	wantStatus(t, "ObservePolicy", obs, err, substrate.Present)
 	changed := firewall(topo, 23)
@@ -91,14 +106,8 @@ func policyForeign(t T, h *Harness) {
 
 func policyUnreachable(t T, h *Harness) {
 	ctx := ctxFor(t)
-	p := capOf[driver.Policy](t, h.Driver, driver.CapPolicy)
-	topo := h.Topology(t)
-	node, atts := policyNode(t, h, topo)
-	spec := firewall(topo, 22)
-	ph, err := p.ApplyPolicy(ctx, node, atts, spec)
-	if err != nil {
-		t.Fatalf("ApplyPolicy: %v", err)
-	}
+	a := applyPolicy(t, h, h.Topology(t))
+	p, node, atts, spec, ph := a.p, a.node, a.atts, a.spec, a.h
 	u, restore := h.unreachable(t, driver.CapPolicy)
 	if u == nil {
 		return

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -303,4 +305,20 @@ func describe(objs []substrate.Object) string {
 		s = append(s, o.Kind+" "+o.ExternalID)
 	}
 	return "[" + strings.Join(s, ", ") + "]"
+}
+
+// NotADirectory returns the path of a regular file, removed when the case ends, for harnesses
+// whose unreachable backend is a directory that cannot be listed.
+func NotADirectory(t T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "drivertest-")
+	if err != nil {
+		t.Fatalf("temp dir: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	file := filepath.Join(dir, "not-a-directory")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return file
 }
