@@ -106,9 +106,17 @@ func resolveTestImage(t *testing.T, d *Driver, kind, marker string) substrate.Ar
 	return id
 }
 
+// tb is what the helpers below need of a test: *testing.T and drivertest.T both have it.
+type tb interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
 // cleanupTopology force-removes every container and host link carrying topology's markers, so
 // a failed test leaves nothing behind.
-func cleanupTopology(t *testing.T, d *Driver, topology string) {
+func cleanupTopology(t tb, d *Driver, topology string) {
 	t.Helper()
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -139,7 +147,7 @@ func cleanupTopology(t *testing.T, d *Driver, topology string) {
 // testBridge creates an owner-marked Linux bridge with addr on its host side (may be empty)
 // through drivers/linuxnet, which also adds the host forward-accept rule dockerd's FORWARD DROP
 // policy needs; both are removed when the test ends.
-func testBridge(t *testing.T, topology, addr string) substrate.Handle {
+func testBridge(t tb, topology, addr string) substrate.Handle {
 	t.Helper()
 	ctx := context.Background()
 	owner := substrate.Owner{Topology: topology, Address: "sysbox_network.test", Type: "sysbox_network", Generation: 1}
@@ -155,7 +163,7 @@ func testBridge(t *testing.T, topology, addr string) substrate.Handle {
 	if addr != "" {
 		l, err := netlink.LinkByName(name)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("bridge %s: %v", name, err)
 		}
 		// linuxnet.CreateBridge pins the bridge's MAC (BridgeMAC), so ports coming and going do
 		// not change the address the host answers from.
@@ -164,7 +172,7 @@ func testBridge(t *testing.T, topology, addr string) substrate.Handle {
 		}
 		a, err := netlink.ParseAddr(addr)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("bridge %s: address %q: %v", name, addr, err)
 		}
 		if err := netlink.AddrAdd(l, a); err != nil {
 			t.Fatalf("bridge %s: add %s: %v", name, addr, err)

@@ -41,33 +41,8 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
-// ScrubTopology deletes, via the driver's own ownership-checked calls, everything the audit finds
-// for topology. Test clean-up only.
-func ScrubTopology(ctx context.Context, d *Driver, topology string) {
-	objs, err := d.Residue(ctx, topology)
-	if err != nil {
-		return
-	}
-	for _, o := range objs {
-		switch o.Kind {
-		case "netns":
-			_ = d.DeleteNode(ctx, substrate.Handle{Driver: Name, ExternalID: o.ExternalID, Private: encode(private{Kind: kindNode, Netns: o.ExternalID})}, o.Owner)
-		case "netns-sidecar":
-			_ = os.Remove(o.ExternalID)
-		}
-	}
-	objs, _ = d.Residue(ctx, topology)
-	for _, o := range objs {
-		switch o.Kind {
-		case "bridge":
-			_ = linuxnet.DeleteBridge(ctx, o.ExternalID, o.Owner)
-		case "veth":
-			_ = linuxnet.DeleteVeth(ctx, o.ExternalID, o.Owner)
-		case "nft-rule":
-			_ = linuxnet.RemoveForwardAccept("", o.Owner)
-		}
-	}
-}
+// ScrubTopology removes topology's residue (Driver.Scrub), ignoring errors. Test clean-up only.
+func ScrubTopology(ctx context.Context, d *Driver, topology string) { _ = d.Scrub(ctx, topology) }
 
 func (l *lab) owner(typ, addr string) substrate.Owner {
 	return substrate.Owner{Topology: l.topology, Address: addr, Type: typ, Generation: 1}

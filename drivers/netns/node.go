@@ -129,8 +129,12 @@ func (d *Driver) NodeNetns(ctx context.Context, h substrate.Handle) (linuxnet.Ne
 		return linuxnet.Netns{}, fmt.Errorf("node %s: %w", h.ExternalID, err)
 	}
 	path := d.nsPath(p.Netns)
-	if ino, err := nsInode(path); err != nil {
+	if ino, err := nsInode(path); errors.Is(err, os.ErrNotExist) {
 		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrNotFound, err)
+	} else if err != nil {
+		// Unreadable is not gone: callers that treat NotFound as done (stop, delete policy)
+		// must not report success for a namespace they cannot see.
+		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrUnavailable, err)
 	} else if p.NsInode != 0 && ino != p.NsInode {
 		return linuxnet.Netns{}, fmt.Errorf("node %s: namespace was replaced (inode %d, recorded %d): %w", h.ExternalID, ino, p.NsInode, driver.ErrNotOwned)
 	}

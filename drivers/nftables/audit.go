@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -31,16 +33,21 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 		seen[st.Ino] = true
 		paths = append(paths, p)
 	}
-	if ents, err := os.ReadDir(d.NetnsDir); err == nil {
-		for _, e := range ents {
-			add(filepath.Join(d.NetnsDir, e.Name()))
-		}
+	// A directory that cannot be listed hides namespaces: an error, never an empty audit.
+	ents, err := os.ReadDir(d.NetnsDir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("residue of topology %s: list namespaces in %s: %w: %w", topology, d.NetnsDir, driver.ErrUnavailable, err)
 	}
-	if ents, err := os.ReadDir("/proc"); err == nil {
-		for _, e := range ents {
-			if e.Name()[0] >= '0' && e.Name()[0] <= '9' {
-				add("/proc/" + e.Name() + "/ns/net")
-			}
+	for _, e := range ents {
+		add(filepath.Join(d.NetnsDir, e.Name()))
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("residue of topology %s: list processes: %w: %w", topology, driver.ErrUnavailable, err)
+	}
+	for _, e := range procs {
+		if e.Name()[0] >= '0' && e.Name()[0] <= '9' {
+			add("/proc/" + e.Name() + "/ns/net")
 		}
 	}
 	var out []substrate.Object

@@ -559,12 +559,12 @@ func (t *tx) snapshot(ctx context.Context, c *Component) (json.RawMessage, error
 		spec := t.plan.Spec(c, m)
 		si, err := t.e.Store.Snapshot(ctx, spec, t.mapSnapshotPath(c, m), t.mapProgress(c, m, "snapshot"))
 		if err != nil {
-			return mustJSON(d), err // the store names component, map and pin
+			return reportJSON(d), err // the store names component, map and pin
 		}
 		si.Path = relTo(t.dir, si.Path)
 		d.Maps = append(d.Maps, MapReport{Map: m.Name, Pin: m.Pin, Policy: m.Policy, Snapshot: &si})
 	}
-	return mustJSON(d), nil
+	return reportJSON(d), nil
 }
 
 func (t *tx) mapProgress(c *Component, m *Map, what string) bpfmap.Progress {
@@ -598,7 +598,7 @@ func (t *tx) restoreMaps(ctx context.Context, c *Component, rollback bool) (json
 		}
 		reps = append(reps, MapReport{Map: m.Name, Pin: m.Pin, Policy: m.Policy, Restore: &rep})
 	}
-	return mustJSON(reps), errors.Join(errs...)
+	return reportJSON(reps), errors.Join(errs...)
 }
 
 func (t *tx) restoreFiles(c *Component) (json.RawMessage, error) {
@@ -607,12 +607,15 @@ func (t *tx) restoreFiles(c *Component) (json.RawMessage, error) {
 	}
 	fs, err := restoreFiles(filepath.Join(t.snapshotDir(c), "files"), c.Files)
 	if err != nil {
-		return mustJSON(fs), fmt.Errorf("component %s: %w", c.Name, err)
+		return reportJSON(fs), fmt.Errorf("component %s: %w", c.Name, err)
 	}
-	return mustJSON(fs), nil
+	return reportJSON(fs), nil
 }
 
-func mustJSON(v any) json.RawMessage {
+// reportJSON encodes a step's report for the journal. It never fails: a report that cannot
+// be encoded is recorded as its encoding error's text, because the step's own outcome (the
+// returned error) must not be lost to a reporting problem.
+func reportJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return json.RawMessage(fmt.Sprintf("%q", err.Error()))

@@ -3,7 +3,6 @@ package upgrade
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -204,5 +203,3 @@ func restoreFile(dir string, i int, p string) (FileSnapshot, error) {
 	}
 	return s, fmt.Errorf("file %s: snapshot kind %q unknown", p, s.Kind)
 }
-
-var _ = json.Marshal

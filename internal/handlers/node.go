@@ -117,6 +117,22 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 	if !oneOf(c.Driver, NodeDrivers...) {
 		d.add(d.attr("driver"), "Invalid node driver", "driver %q is not one of %v", c.Driver, NodeDrivers)
 	}
+	refs := decodeNodeArtifacts(d, v, &c)
+	checkNodeScalars(d, v, &c)
+	refs = append(refs, decodeAttachments(d, req, v, &c)...)
+	decodeRoutes(d, v, &c)
+	decodeProvisioners(d, v, &c)
+	if d.list.HasErrors() {
+		return nil, d.list
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].Attr < refs[j].Attr })
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(req.Addr, c) },
+		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(req.Addr, c, n) }, References: refs}, d.list
+}
+
+// decodeNodeArtifacts sets c.Artifact and c.Kernel from their references, checks that the
+// driver gets the artifact kinds it needs, and returns the references.
+func decodeNodeArtifacts(d *diags, v cty.Value, c *NodeConfig) []config.Reference {
 	var refs []config.Reference
 	artKind := func(name string) (string, bool) {
 		a, obj, ok := ref(d, v, name, "sysbox_artifact", d.attr(name))
@@ -167,6 +183,11 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 		wantKind("artifact", ak, "rootfs")
 		wantKind("kernel", kk, "kernel")
 	}
+	return refs
+}
+
+// checkNodeScalars sets and checks cpus and memory_mb, and checks hostname and environment keys.
+func checkNodeScalars(d *diags, v cty.Value, c *NodeConfig) {
 	var ok bool
 	if c.CPUs, ok = num(v, "cpus"); !ok || c.CPUs < 0 || c.CPUs > 256 {
 		d.add(d.attr("cpus"), "Invalid cpus", "cpus must be a whole number from 1 to 256")
@@ -182,6 +203,12 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 			d.add(d.attr("environment"), "Invalid environment", "environment key %q is not a valid variable name", k)
 		}
 	}
+}
+
+// decodeAttachments sets c.Attachments (addresses inside their network, MAC derived when not
+// configured) and returns the network references.
+func decodeAttachments(d *diags, req *config.DecodeRequest, v cty.Value, c *NodeConfig) []config.Reference {
+	var refs []config.Reference
 	if atts := v.GetAttr("attachment"); !atts.IsNull() && atts.LengthInt() > 0 {
 		c.Attachments = map[string]Attachment{}
 		for name, av := range atts.AsValueMap() {
@@ -228,6 +255,11 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 			c.Attachments[name] = at
 		}
 	}
+	return refs
+}
+
+// decodeRoutes sets c.Routes ("default" is 0.0.0.0/0).
+func decodeRoutes(d *diags, v cty.Value, c *NodeConfig) {
 	if rs := v.GetAttr("route"); !rs.IsNull() {
 		i := 0
 		for it := rs.ElementIterator(); it.Next(); i++ {
@@ -245,6 +277,10 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 			c.Routes = append(c.Routes, r)
 		}
 	}
+}
+
+// decodeProvisioners sets c.Provisioner (exec only, with a command).
+func decodeProvisioners(d *diags, v cty.Value, c *NodeConfig) {
 	if ps := v.GetAttr("provisioner"); !ps.IsNull() {
 		i := 0
 		for it := ps.ElementIterator(); it.Next(); i++ {
@@ -259,12 +295,6 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 			c.Provisioner = append(c.Provisioner, p)
 		}
 	}
-	if d.list.HasErrors() {
-		return nil, d.list
-	}
-	sort.Slice(refs, func(i, j int) bool { return refs[i].Attr < refs[j].Attr })
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(req.Addr, c) },
-		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(req.Addr, c, n) }, References: refs}, d.list
 }
 
 // Desired implements plans.Handler: the configuration plus the baseline digests.

@@ -142,59 +142,15 @@ func (e *SchemaVersionError) Error() string {
 
 // Plan computes the plan for req.
 func (p *Planner) Plan(req Request) (*Plan, error) {
-	var errs []error
-	fail := func(err error) { errs = append(errs, err) }
-	top := req.Topology
-	prior := map[string]PriorResource{}
-	var priorList []PriorResource
-	if req.Prior != nil {
-		priorList = req.Prior.Resources()
-		for _, r := range priorList {
-			prior[r.Addr.UniqueKey()] = r
-		}
-	}
-	desired := map[string]*config.ResourceInstance{}
-	var desiredList []*config.ResourceInstance
-	if top != nil {
-		desiredList = top.Resources
-		for _, ri := range desiredList {
-			desired[ri.Addr.UniqueKey()] = ri
-		}
-	}
-	declaredDrivers := map[string]bool{}
-	if top != nil && top.Substrate.Explicit {
-		for _, d := range top.Substrate.Drivers {
-			declaredDrivers[d.Name] = true
-		}
-	}
-
+	in := indexRequest(req)
 	// Create graph over configured instances.
 	g := graph.New()
-	for _, ri := range desiredList {
+	for _, ri := range in.desiredList {
 		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (config)
 	}
-	inScope := func(addrs.Instance) bool { return true }
-	if len(req.Targets) > 0 {
-		var keep []addrs.Instance
-		for _, ri := range desiredList {
-			if targeted(req.Targets, ri.Addr) {
-				keep = append(keep, ri.Addr)
-			}
-		}
-		for _, r := range priorList {
-			if targeted(req.Targets, r.Addr) && desired[r.Addr.UniqueKey()] == nil {
-				keep = append(keep, r.Addr) // a targeted deletion
-			}
-		}
-		if len(keep) == 0 {
-			var ts []string
-			for _, t := range req.Targets {
-				ts = append(ts, t.String())
-			}
-			return nil, fmt.Errorf("-target %s: matches no resource in the configuration or state", strings.Join(ts, ", "))
-		}
-		sub := g.Subgraph(keep)
-		inScope = func(a addrs.Instance) bool { return sub.Has(a) || targeted(req.Targets, a) }
+	inScope, err := in.scope(req.Targets, g)
+	if err != nil {
+		return nil, err
 	}
 	order, err := g.TopoOrder()
 	if err != nil {
@@ -209,14 +165,90 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 		plan.Targets = append(plan.Targets, t.String())
 	}
 	planned := map[string]Action{}
+	errs, err := p.planDeletions(req, in, inScope, plan, planned)
+	if err != nil {
+		return nil, err
+	}
+	if !req.Destroy {
+		errs = append(errs, p.planChanges(req, in, order, inScope, plan, planned)...)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	plan.Fingerprint = p.fingerprint(plan, req.Topology, req)
+	return plan, nil
+}
 
-	// Deletions: prior instances not configured (or everything, in destroy mode).
+// planInputs indexes a request's prior state and configured instances by address.
+type planInputs struct {
+	prior           map[string]PriorResource
+	priorList       []PriorResource
+	desired         map[string]*config.ResourceInstance
+	desiredList     []*config.ResourceInstance
+	declaredDrivers map[string]bool // drivers an explicit substrate block declares
+}
+
+func indexRequest(req Request) *planInputs {
+	in := &planInputs{prior: map[string]PriorResource{}, desired: map[string]*config.ResourceInstance{}, declaredDrivers: map[string]bool{}}
+	if req.Prior != nil {
+		in.priorList = req.Prior.Resources()
+		for _, r := range in.priorList {
+			in.prior[r.Addr.UniqueKey()] = r
+		}
+	}
+	if top := req.Topology; top != nil {
+		in.desiredList = top.Resources
+		for _, ri := range in.desiredList {
+			in.desired[ri.Addr.UniqueKey()] = ri
+		}
+		if top.Substrate.Explicit {
+			for _, d := range top.Substrate.Drivers {
+				in.declaredDrivers[d.Name] = true
+			}
+		}
+	}
+	return in
+}
+
+// scope returns which instances the plan covers: all, or with -target the targets, what they
+// depend on, and targeted deletions.
+func (in *planInputs) scope(targets []addrs.Target, g *graph.Graph) (func(addrs.Instance) bool, error) {
+	if len(targets) == 0 {
+		return func(addrs.Instance) bool { return true }, nil
+	}
+	var keep []addrs.Instance
+	for _, ri := range in.desiredList {
+		if targeted(targets, ri.Addr) {
+			keep = append(keep, ri.Addr)
+		}
+	}
+	for _, r := range in.priorList {
+		if targeted(targets, r.Addr) && in.desired[r.Addr.UniqueKey()] == nil {
+			keep = append(keep, r.Addr) // a targeted deletion
+		}
+	}
+	if len(keep) == 0 {
+		var ts []string
+		for _, t := range targets {
+			ts = append(ts, t.String())
+		}
+		return nil, fmt.Errorf("-target %s: matches no resource in the configuration or state", strings.Join(ts, ", "))
+	}
+	sub := g.Subgraph(keep)
+	return func(a addrs.Instance) bool { return sub.Has(a) || targeted(targets, a) }, nil
+}
+
+// planDeletions appends, in destroy order, the deletions of prior instances that are not
+// configured (or of everything, in destroy mode). It returns the problems found per resource;
+// err is a prior state that cannot be ordered.
+func (p *Planner) planDeletions(req Request, in *planInputs, inScope func(addrs.Instance) bool, plan *Plan, planned map[string]Action) (errs []error, err error) {
+	fail := func(err error) { errs = append(errs, err) }
 	var dels []PriorResource
-	for _, r := range priorList {
+	for _, r := range in.priorList {
 		if !inScope(r.Addr) {
 			continue
 		}
-		if req.Destroy || desired[r.Addr.UniqueKey()] == nil {
+		if req.Destroy || in.desired[r.Addr.UniqueKey()] == nil {
 			dels = append(dels, r)
 		}
 	}
@@ -236,7 +268,7 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 		return nil, fmt.Errorf("prior state: %w", err)
 	}
 	for _, a := range delOrder {
-		r := prior[a.UniqueKey()]
+		r := in.prior[a.UniqueKey()]
 		act := ResourceAction{Address: r.Addr, Action: Delete, Type: r.Addr.Resource.Type, Mode: r.Addr.Resource.Mode.String(),
 			SchemaVersion: r.SchemaVersion, Before: r.Attributes, DependsOn: r.Dependencies}
 		if req.Destroy {
@@ -252,7 +284,7 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 		} else if r.Status == substrate.Absent {
 			act.Reason += "; already observed absent (only state is updated)"
 		}
-		if ri := desired[r.Addr.UniqueKey()]; ri != nil && ri.PreventDestroy && act.Action == Delete {
+		if ri := in.desired[r.Addr.UniqueKey()]; ri != nil && ri.PreventDestroy && act.Action == Delete {
 			fail(&PreventDestroyError{Addr: r.Addr, Action: Delete, Reason: act.Reason})
 		}
 		h, ok := p.Handlers.Handler(r.Addr.Resource.Mode, r.Addr.Resource.Type)
@@ -264,65 +296,64 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 			fail(&SchemaVersionError{Addr: r.Addr, State: r.SchemaVersion, Current: h.SchemaVersion()})
 			continue
 		}
-		p.require(&act, h, r.Attributes, declaredDrivers, fail)
+		p.require(&act, h, r.Attributes, in.declaredDrivers, fail)
 		planned[r.Addr.UniqueKey()] = act.Action
 		plan.Actions = append(plan.Actions, act)
 	}
+	return errs, nil
+}
 
-	if !req.Destroy {
-		var todo []*config.ResourceInstance
-		for _, a := range order {
-			if inScope(a) {
-				todo = append(todo, desired[a.UniqueKey()])
-			}
-		}
-		// 1. each instance on its own (parallel), 2. dependencies in create order,
-		// 3. driver requirements (parallel); errors are reported in create order.
-		acts := make([]ResourceAction, len(todo))
-		hs := make([]Handler, len(todo))
-		errsAt := make([][]error, len(todo))
-		parallel(len(todo), func(i int) {
-			var err error
-			acts[i], hs[i], err = p.ownPlan(todo[i], prior, req.Facts)
-			if err != nil {
-				errsAt[i] = append(errsAt[i], err)
-			}
-		})
-		changing := 0 // planned Replace and Create actions (deletions are planned neither)
-		for i, ri := range todo {
-			if hs[i] == nil {
-				continue
-			}
-			if err := dependencyPlan(&acts[i], hs[i], ri, planned, changing > 0); err != nil {
-				errsAt[i] = append(errsAt[i], err)
-				hs[i] = nil
-				continue
-			}
-			planned[ri.Addr.UniqueKey()] = acts[i].Action
-			if a := acts[i].Action; a == Replace || a == Create {
-				changing++
-			}
-		}
-		parallel(len(todo), func(i int) {
-			if hs[i] != nil {
-				p.require(&acts[i], hs[i], acts[i].After, declaredDrivers, func(err error) { errsAt[i] = append(errsAt[i], err) })
-			}
-		})
-		if len(todo) > 0 {
-			plan.Actions = slices.Grow(plan.Actions, len(todo)) // one allocation, not ~30 (nil stays nil: no todo)
-		}
-		for i := range todo {
-			errs = append(errs, errsAt[i]...)
-			if hs[i] != nil {
-				plan.Actions = append(plan.Actions, acts[i])
-			}
+// planChanges appends, in create order, the action of every configured instance in scope and
+// returns the problems found, in create order: 1. each instance on its own (parallel),
+// 2. dependencies in create order, 3. driver requirements (parallel).
+func (p *Planner) planChanges(req Request, in *planInputs, order []addrs.Instance, inScope func(addrs.Instance) bool, plan *Plan, planned map[string]Action) []error {
+	var todo []*config.ResourceInstance
+	for _, a := range order {
+		if inScope(a) {
+			todo = append(todo, in.desired[a.UniqueKey()])
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	acts := make([]ResourceAction, len(todo))
+	hs := make([]Handler, len(todo))
+	errsAt := make([][]error, len(todo))
+	parallel(len(todo), func(i int) {
+		var err error
+		acts[i], hs[i], err = p.ownPlan(todo[i], in.prior, req.Facts)
+		if err != nil {
+			errsAt[i] = append(errsAt[i], err)
+		}
+	})
+	changing := 0 // planned Replace and Create actions (deletions are planned neither)
+	for i, ri := range todo {
+		if hs[i] == nil {
+			continue
+		}
+		if err := dependencyPlan(&acts[i], hs[i], ri, planned, changing > 0); err != nil {
+			errsAt[i] = append(errsAt[i], err)
+			hs[i] = nil
+			continue
+		}
+		planned[ri.Addr.UniqueKey()] = acts[i].Action
+		if a := acts[i].Action; a == Replace || a == Create {
+			changing++
+		}
 	}
-	plan.Fingerprint = p.fingerprint(plan, top, req)
-	return plan, nil
+	parallel(len(todo), func(i int) {
+		if hs[i] != nil {
+			p.require(&acts[i], hs[i], acts[i].After, in.declaredDrivers, func(err error) { errsAt[i] = append(errsAt[i], err) })
+		}
+	})
+	if len(todo) > 0 {
+		plan.Actions = slices.Grow(plan.Actions, len(todo)) // one allocation, not ~30 (nil stays nil: no todo)
+	}
+	var errs []error
+	for i := range todo {
+		errs = append(errs, errsAt[i]...)
+		if hs[i] != nil {
+			plan.Actions = append(plan.Actions, acts[i])
+		}
+	}
+	return errs
 }
 
 func orText(s, d string) string {

@@ -15,7 +15,6 @@ import (
 	"zyvor.dev/sysbox/internal/backend/backends"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
-	"zyvor.dev/sysbox/internal/driver/fake"
 	"zyvor.dev/sysbox/internal/exec"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/secrets"
@@ -29,8 +28,10 @@ import (
 // the real drivers.
 const EnvTestFakeWorld = "SYSBOX_TEST_FAKE_WORLD"
 
-// testDriversEnabled is true only in test builds (fakeworld_sysboxtest.go, the package's tests).
-var testDriversEnabled = false
+// testRegistry builds test mode's registry (the fake world at the given path standing in for
+// builtinDriverNames). Only test builds set it (fakeworld_sysboxtest.go, the package's tests),
+// so that a normal build neither links the fake nor honours EnvTestFakeWorld.
+var testRegistry func(world string) (*driver.Registry, error)
 
 // builtinDriverNames are the drivers sysbox ships with; the fake stands in for each in test mode.
 var builtinDriverNames = []string{"netns", "nftables", "docker"}
@@ -39,24 +40,15 @@ var builtinDriverNames = []string{"netns", "nftables", "docker"}
 // (EnvTestFakeWorld set in the environment lookup) the fake under their names. This is the one
 // place that knows the concrete drivers; cmd/sysbox hands it to Env.Drivers.
 func DriverRegistry(lookup func(string) (string, bool)) (*driver.Registry, error) {
-	r := driver.NewRegistry()
 	if lookup != nil {
 		if world, ok := lookup(EnvTestFakeWorld); ok && world != "" {
-			if !testDriversEnabled {
+			if testRegistry == nil {
 				return nil, fmt.Errorf("%s is set, but this sysbox is not a test build (build tag sysboxtest): refusing to run rather than use the real drivers; unset it", EnvTestFakeWorld)
 			}
-			d, err := fake.New(fake.Options{Path: world})
-			if err != nil {
-				return nil, err
-			}
-			for _, name := range builtinDriverNames {
-				if err := r.Register(d.As(name)); err != nil {
-					return nil, err
-				}
-			}
-			return r, nil
+			return testRegistry(world)
 		}
 	}
+	r := driver.NewRegistry()
 	for _, reg := range []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register} {
 		if err := reg(r); err != nil {
 			return nil, err

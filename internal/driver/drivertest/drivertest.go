@@ -1,5 +1,14 @@
-// Package drivertest holds test doubles for code that asks the driver registry about
-// capabilities (the planner and the CLI), so that their tests need no real driver.
+// Package drivertest holds the driver conformance suite and test doubles for code that asks
+// the driver registry about capabilities (the planner and the CLI).
+//
+// The suite (Run, one group of cases per capability) is what makes a driver a sysbox driver:
+// create/observe/delete with ownership checked on every destructive call, a foreign object
+// holding the driver's chosen name left alone, Unknown (never Absent) when the backend is
+// unreachable, reset keeping addresses while changing the external id, and an audit that finds
+// what is left. Every driver package runs it at its own tier (the fake in unit tests, netns and
+// nftables in kernel tests, docker in daemon tests) through a Harness that says how to reach
+// around the driver. Check runs it with a recording T so that tests can prove it fails on
+// deliberately broken drivers.
 package drivertest
 
 import (
