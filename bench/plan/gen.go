@@ -16,6 +16,9 @@ const (
 	Chain Shape = "chain"
 	// FanOut: 100 groups, each a network and nodes attached to it.
 	FanOut Shape = "fanout"
+	// DepChain: the shape of issue 16, n/11 networks and 10n/11 netns nodes, 10 per network, each
+	// node depends_on the previous one (one long chain of 10,000 at n = 11,000).
+	DepChain Shape = "depchain"
 )
 
 // perFile is how many resources one generated file holds: a large topology is split over many
@@ -71,6 +74,26 @@ func Generate(dir string, shape Shape, n int) error {
 `, g, k, g, g, k, cidr[strings.Index(cidr, "/")+1:])
 				i++
 			}
+		}
+	case DepChain:
+		nets := n / 11
+		for g := 0; g < nets; g++ {
+			fmt.Fprintf(cur(g), "resource \"sysbox_network\" \"net%d\" {\n  ipv4_cidr = \"198.18.%d.%d/30\"\n}\n",
+				g, g/64, g%64*4)
+		}
+		for i := 0; i < n-nets; i++ {
+			dep := ""
+			if i > 0 {
+				dep = fmt.Sprintf("  depends_on = [sysbox_node.n%d]\n", i-1)
+			}
+			fmt.Fprintf(cur(nets+i), `resource "sysbox_node" "n%d" {
+  driver  = "netns"
+  command = ["sleep", "infinity"]
+%s  attachment "lan" {
+    network = sysbox_network.net%d
+  }
+}
+`, i, dep, i%nets)
 		}
 	default:
 		return fmt.Errorf("unknown shape %q", shape)
