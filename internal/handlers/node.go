@@ -258,8 +258,9 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 		return nil, d.list
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].Attr < refs[j].Attr })
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(req.Addr, c) },
-		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(req.Addr, c, n) }, References: refs}, d.list
+	addr := req.Addr // not req in the closures: req holds the decoded value and body, kept alive as long as the closures
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(addr, c) },
+		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(addr, c, n) }, References: refs}, d.list
 }
 
 // Desired implements plans.Handler: the configuration plus the baseline digests.
