@@ -105,3 +105,22 @@ func Generate(dir string, shape Shape, n int) error {
 	}
 	return nil
 }
+
+// GenerateTerraform writes the DepChain shape of n resources as Terraform/OpenTofu
+// configuration (the built-in terraform_data resource, so no provider is needed) into dir, for
+// the side-by-side run of bench/plan/cli.sh.
+func GenerateTerraform(dir string, n int) error {
+	var b strings.Builder
+	nets := n / 11
+	for g := 0; g < nets; g++ {
+		fmt.Fprintf(&b, "resource \"terraform_data\" \"net%d\" {\n  input = \"198.18.%d.%d/30\"\n}\n", g, g/64, g%64*4)
+	}
+	for i := 0; i < n-nets; i++ {
+		dep := ""
+		if i > 0 {
+			dep = fmt.Sprintf("  depends_on = [terraform_data.n%d]\n", i-1)
+		}
+		fmt.Fprintf(&b, "resource \"terraform_data\" \"n%d\" {\n  input = { command = [\"sleep\", \"infinity\"], network = terraform_data.net%d.input }\n%s}\n", i, i%nets, dep)
+	}
+	return os.WriteFile(filepath.Join(dir, "main.tf"), []byte(b.String()), 0o644)
+}

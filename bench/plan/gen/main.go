@@ -14,8 +14,13 @@ func main() {
 	shape := flag.String("shape", string(plan.DepChain), "chain, fanout or depchain")
 	n := flag.Int("n", 11000, "resources")
 	dir := flag.String("dir", ".", "output directory")
+	tf := flag.Bool("terraform", false, "write the depchain shape as Terraform configuration (terraform_data) instead")
 	flag.Parse()
-	if err := plan.Generate(*dir, plan.Shape(*shape), *n); err != nil {
+	gen := func() error { return plan.Generate(*dir, plan.Shape(*shape), *n) }
+	if *tf {
+		gen = func() error { return plan.GenerateTerraform(*dir, *n) }
+	}
+	if err := gen(); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
