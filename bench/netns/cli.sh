@@ -7,6 +7,7 @@
 # RSS (GNU time) and CPU time (user+system: ours; the rest of the wall time is the kernel's work
 # done on our behalf and waiting). Needs root.
 #   N=1000 PER=10 ROUNDS=1 bench/netns/cli.sh
+# SYSBOX_BIN=PATH measures that binary instead of building this tree's.
 # PROFILE=DIR writes CPU profiles of each round's apply and destroy there (SYSBOX_CPUPROFILE).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,7 +18,7 @@ rounds=${ROUNDS:-3}
 command -v bc >/dev/null || { apt-get update -qq && apt-get install -y -qq bc >/dev/null; }
 work=$(mktemp -d)
 trap 'cd "$work/lab" && "$work/sysbox" destroy -auto-approve >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-(cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox)
+if [ -n "${SYSBOX_BIN:-}" ]; then cp "$SYSBOX_BIN" "$work/sysbox"; else (cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox); fi
 mkdir -p "$work/lab"
 nets=$(( (n + per - 1) / per ))
 cat >"$work/lab/main.sysbox.hcl" <<HCL
