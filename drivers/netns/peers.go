@@ -1,8 +1,6 @@
 package netns
 
 import (
-	"fmt"
-
 	"github.com/vishvananda/netlink"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
@@ -17,14 +15,9 @@ import (
 // so this finds every host end a node can own; the marker check is the same as before, and
 // anything else (a host end whose peer moved away) is still found by the residue audit.
 func hostPeersOf(ns linuxnet.Netns, owner substrate.Owner) ([]string, error) {
-	nh, err := ns.Netlink()
+	links, err := ns.Links()
 	if err != nil {
 		return nil, err
-	}
-	defer nh.Close()
-	links, err := linuxnet.LinkList(nh)
-	if err != nil {
-		return nil, fmt.Errorf("netns %s: list links: %w", ns, err)
 	}
 	marker := owner.Marker()
 	var out []string
