@@ -20,9 +20,8 @@ for r in $(seq 1 "$rounds"); do
   sleep 2 # let the kernel finish freeing namespaces before the next run
   theirs=$(./ip-baseline.sh "$n")
   sleep 2
-  echo "round $r: $ours"
-  echo "round $r: $theirs"
   ra+=("$(echo "scale=3; $(get "$ours" apply_s) / $(get "$theirs" apply_s)" | bc)")
   rd+=("$(echo "scale=3; $(get "$ours" destroy_s) / $(get "$theirs" destroy_s)" | bc)")
+  echo "round $r nodes=$n apply: driver $(get "$ours" apply_s)s ip $(get "$theirs" apply_s)s ratio ${ra[-1]}; destroy: driver $(get "$ours" destroy_s)s ip $(get "$theirs" destroy_s)s ratio ${rd[-1]}"
 done
 echo "median ratio apply=$(printf '%s\n' "${ra[@]}" | median) destroy=$(printf '%s\n' "${rd[@]}" | median) (ours/script over $rounds rounds; target <= 0.5)"

@@ -16,6 +16,9 @@ const (
 	Chain Shape = "chain"
 	// FanOut: 100 groups, each a network and nodes attached to it.
 	FanOut Shape = "fanout"
+	// DepChain: the shape of issue 16, n/11 networks and 10n/11 netns nodes, 10 per network, each
+	// node depends_on the previous one (one long chain of 10,000 at n = 11,000).
+	DepChain Shape = "depchain"
 )
 
 // perFile is how many resources one generated file holds: a large topology is split over many
@@ -72,6 +75,26 @@ func Generate(dir string, shape Shape, n int) error {
 				i++
 			}
 		}
+	case DepChain:
+		nets := n / 11
+		for g := 0; g < nets; g++ {
+			fmt.Fprintf(cur(g), "resource \"sysbox_network\" \"net%d\" {\n  ipv4_cidr = \"198.18.%d.%d/30\"\n}\n",
+				g, g/64, g%64*4)
+		}
+		for i := 0; i < n-nets; i++ {
+			dep := ""
+			if i > 0 {
+				dep = fmt.Sprintf("  depends_on = [sysbox_node.n%d]\n", i-1)
+			}
+			fmt.Fprintf(cur(nets+i), `resource "sysbox_node" "n%d" {
+  driver  = "netns"
+  command = ["sleep", "infinity"]
+%s  attachment "lan" {
+    network = sysbox_network.net%d
+  }
+}
+`, i, dep, i%nets)
+		}
 	default:
 		return fmt.Errorf("unknown shape %q", shape)
 	}
@@ -81,4 +104,23 @@ func Generate(dir string, shape Shape, n int) error {
 		}
 	}
 	return nil
+}
+
+// GenerateTerraform writes the DepChain shape of n resources as Terraform/OpenTofu
+// configuration (the built-in terraform_data resource, so no provider is needed) into dir, for
+// the side-by-side run of bench/plan/cli.sh.
+func GenerateTerraform(dir string, n int) error {
+	var b strings.Builder
+	nets := n / 11
+	for g := 0; g < nets; g++ {
+		fmt.Fprintf(&b, "resource \"terraform_data\" \"net%d\" {\n  input = \"198.18.%d.%d/30\"\n}\n", g, g/64, g%64*4)
+	}
+	for i := 0; i < n-nets; i++ {
+		dep := ""
+		if i > 0 {
+			dep = fmt.Sprintf("  depends_on = [terraform_data.n%d]\n", i-1)
+		}
+		fmt.Fprintf(&b, "resource \"terraform_data\" \"n%d\" {\n  input = { command = [\"sleep\", \"infinity\"], network = terraform_data.net%d.input }\n%s}\n", i, i%nets, dep)
+	}
+	return os.WriteFile(filepath.Join(dir, "main.tf"), []byte(b.String()), 0o644)
 }

@@ -73,13 +73,16 @@ func BenchmarkDecodeGraphPlan(b *testing.B) {
 // TestGeneratedTopologiesPlan checks the generator's output plans completely (small sizes), so
 // that the benchmark measures what it claims.
 func TestGeneratedTopologiesPlan(t *testing.T) {
-	for _, shape := range []Shape{Chain, FanOut} {
+	for _, c := range []struct {
+		shape Shape
+		n     int
+	}{{Chain, 1000}, {FanOut, 1000}, {DepChain, 1100}} {
 		dir := t.TempDir()
-		if err := Generate(dir, shape, 1000); err != nil {
+		if err := Generate(dir, c.shape, c.n); err != nil {
 			t.Fatal(err)
 		}
-		if got := decodeGraphPlan(t, dir); got != 1000 {
-			t.Errorf("%s: got %d actions, want 1000", shape, got)
+		if got := decodeGraphPlan(t, dir); got != c.n {
+			t.Errorf("%s: got %d actions, want %d", c.shape, got, c.n)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 var version = "0.1.0-dev"
 
 func main() {
-	sysbox.TuneGC()
+	stopProfiles := startProfiles()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &sysbox.Env{
 		Stdout: os.Stdout, Stderr: os.Stderr, Stdin: os.Stdin,
@@ -26,5 +26,6 @@ func main() {
 	}
 	code := sysbox.Main(ctx, env, os.Args[1:])
 	stop()
+	stopProfiles()
 	os.Exit(code)
 }

@@ -2,6 +2,7 @@ package linuxnet
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/vishvananda/netlink"
 )
@@ -25,4 +26,18 @@ func LinkList(h *netlink.Handle) ([]netlink.Link, error) {
 		}
 	}
 	return nil, err
+}
+
+// Links lists the links inside n through a netlink socket opened there for the call.
+func (n Netns) Links() ([]netlink.Link, error) {
+	nh, err := n.Netlink()
+	if err != nil {
+		return nil, err
+	}
+	defer nh.Close()
+	links, err := LinkList(nh)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: list links: %w", n, err)
+	}
+	return links, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
@@ -30,7 +31,15 @@ type Driver struct {
 	NetnsDir string
 	// StateDir holds sidecar records and main-process logs (default /run/sysbox/netns).
 	StateDir string
+
+	// fresh holds freshKey(name, inode) of the namespaces this Driver created and has not
+	// started a process in yet: nothing it did not record can run inside them, so their first
+	// StartNode skips the search for an unrecorded main process (a scan of /proc per node,
+	// which made apply O(N²)). In memory only: after a crash a new process knows none.
+	fresh sync.Map
 }
+
+func freshKey(name string, ino uint64) string { return name + "@" + strconv.FormatUint(ino, 10) }
 
 // intentDir holds linuxnet intent records for links this driver creates.
 func (d *Driver) intentDir() string { return filepath.Join(d.StateDir, "intents") }

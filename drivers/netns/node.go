@@ -85,6 +85,9 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
 	}
+	if create {
+		d.fresh.Store(freshKey(name, ino), true)
+	}
 	return substrate.Handle{Driver: Name, ExternalID: name, Private: encode(private{Kind: kindNode, Netns: name, NsInode: ino})}, nil
 }
 
@@ -172,7 +175,11 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 	// A run killed between starting the process and recording it left it running unrecorded:
 	// adopt it (a session leader inside this node's namespace running exactly this argv)
 	// rather than start a second one that would find its port taken.
-	if pid, start, ok := orphanMain(sc.NsInode, spec.Command); ok {
+	// Not needed at the first start in a namespace this Driver created: nothing unrecorded
+	// runs there (any later start searches again).
+	if _, fresh := d.fresh.LoadAndDelete(freshKey(name, sc.NsInode)); fresh {
+		// fall through to start the process
+	} else if pid, start, ok := orphanMain(sc.NsInode, spec.Command); ok {
 		sc.Marker, sc.HasCommand, sc.Pid, sc.StartTime, sc.StartedAt, sc.Stopped = spec.Owner.Marker(), true, pid, start, time.Now().UTC(), false
 		if err := d.writeSidecar(sc); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
@@ -346,10 +353,16 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if p.NsInode != 0 && ino != p.NsInode {
 		return fmt.Errorf("%s: namespace was replaced (inode %d, recorded %d): %w", where, ino, p.NsInode, driver.ErrNotOwned)
 	}
+	d.fresh.Delete(freshKey(p.Netns, ino))
+	// The recorded main process first, by pid: usually the only process inside, so that the
+	// scan of /proc below finds the namespace empty at once instead of needing a second pass.
+	if sc, err := d.readSidecar(p.Netns); err == nil && processAlive(sc.Pid, sc.StartTime, ino) {
+		killAndWait(sc.Pid, sc.StartTime, ino, time.Second)
+	}
 	if err := killNetnsProcesses(ino, 5*time.Second); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
-	links, err := linuxnet.HostLinksOf(owner)
+	links, err := hostPeersOf(d.ns(p.Netns), owner)
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}

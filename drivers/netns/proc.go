@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -88,21 +90,77 @@ func processAlive(pid int, start, ino uint64) bool {
 	return err == nil && got == ino
 }
 
-// pidsInNetns lists processes whose network namespace has inode ino.
-func pidsInNetns(ino uint64) []int {
+// pidsInNetns lists processes whose network namespace has inode ino, as seen by a scan of
+// /proc that started after the call.
+func pidsInNetns(ino uint64) []int { return procs.pidsIn(ino) }
+
+// procs shares scans of /proc between concurrent callers: one scan records the network
+// namespace of every process, and serves every caller that was waiting when it started. Each
+// scan costs one stat per process on the host, and apply and destroy of N nodes need a few per
+// node; scanning once per caller made both O(N²) (the largest cost of destroy at 1,000 nodes).
+var procs = newProcScanner()
+
+type procScanner struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	started uint64           // scans started so far
+	done    uint64           // number of the latest finished scan
+	byIno   map[uint64][]int // its result: pids by network-namespace inode
+}
+
+func newProcScanner() *procScanner {
+	s := &procScanner{}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// pidsIn waits for a scan that started after the call (never an older one: a process started
+// before the call must be seen) and returns the pids it found in namespace ino.
+func (s *procScanner) pidsIn(ino uint64) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	need := s.started + 1
+	for s.done < need {
+		if s.started > s.done { // a scan is running; it may have started before this call
+			s.cond.Wait()
+			continue
+		}
+		s.started++
+		n := s.started
+		s.mu.Unlock()
+		m := scanProcNetns()
+		s.mu.Lock()
+		s.byIno, s.done = m, n
+		s.cond.Broadcast()
+	}
+	return slices.Clone(s.byIno[ino])
+}
+
+// scanProcNetns maps network-namespace inodes to the processes in them (this process excluded).
+func scanProcNetns() map[uint64][]int {
 	ents, _ := os.ReadDir("/proc")
-	var out []int
+	out := map[uint64][]int{}
 	self := os.Getpid()
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == self {
 			continue
 		}
-		if got, err := nsInode("/proc/" + e.Name() + "/ns/net"); err == nil && got == ino {
-			out = append(out, pid)
+		if got, err := nsInode("/proc/" + e.Name() + "/ns/net"); err == nil {
+			out[got] = append(out[got], pid)
 		}
 	}
 	return out
+}
+
+// killAndWait SIGKILLs pid (if it is still the recorded process in namespace ino) and waits,
+// at most wait, until it is gone; callers check the namespace afterwards in any case.
+func killAndWait(pid int, start, ino uint64, wait time.Duration) {
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	deadline := time.Now().Add(wait)
+	for processAlive(pid, start, ino) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // killNetnsProcesses SIGKILLs every process in the namespace and waits (bounded) until none

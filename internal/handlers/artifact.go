@@ -94,7 +94,8 @@ func (*Artifact) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnos
 	if d.list.HasErrors() {
 		return nil, d.list
 	}
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return artifactRef(req.Addr, c) }}, d.list
+	addr := req.Addr // not req in the closures: req holds the decoded value and body, kept alive as long as the closures
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return artifactRef(addr, c) }}, d.list
 }
 
 // Desired implements plans.Handler: it completes the stored form with the artifact's digest.

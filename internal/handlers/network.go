@@ -65,7 +65,8 @@ func (*Network) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnost
 	if d.list.HasErrors() {
 		return nil, d.list
 	}
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return networkRef(req.Addr, c) }}, d.list
+	addr := req.Addr // not req in the closures: req holds the decoded value and body, kept alive as long as the closures
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return networkRef(addr, c) }}, d.list
 }
 
 // Desired implements plans.Handler.

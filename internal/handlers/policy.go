@@ -206,7 +206,8 @@ func (*Firewall) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnos
 		return nil, d.list
 	}
 	c.PolicyDigest = c.PolicySpec().Digest()
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return policyRef(req.Addr, c.Driver, c.Node, c.PolicyDigest) }, References: refs}, d.list
+	addr := req.Addr // not req in the closures: req holds the decoded value and body, kept alive as long as the closures
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return policyRef(addr, c.Driver, c.Node, c.PolicyDigest) }, References: refs}, d.list
 }
 
 // Desired implements plans.Handler.
@@ -314,7 +315,8 @@ func (*Router) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnosti
 		return nil, d.list
 	}
 	c.PolicyDigest = c.PolicySpec().Digest()
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return policyRef(req.Addr, c.Driver, c.Node, c.PolicyDigest) }, References: refs}, d.list
+	addr := req.Addr // not req in the closures: req holds the decoded value and body, kept alive as long as the closures
+	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return policyRef(addr, c.Driver, c.Node, c.PolicyDigest) }, References: refs}, d.list
 }
 
 // Desired implements plans.Handler.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"zyvor.dev/sysbox/internal/gctune"
 	"zyvor.dev/sysbox/internal/plans"
 )
 
@@ -165,11 +164,6 @@ func (a *App) dir() string {
 
 // color reports whether to colour stdout.
 func (a *App) color() bool { return a.Env.IsTTY && !a.NoColor }
-
-// TuneGC sets the garbage collector for a short-lived CLI process unless GOGC or GOMEMLIMIT is
-// set (see gctune.CLI: no proportional collection, a soft limit of an eighth of physical memory
-// and at least 2 GiB).
-func TuneGC() { gctune.CLI() }
 
 // IsTerminal reports whether f is a character device (a TTY); used by cmd/sysbox.
 func IsTerminal(f *os.File) bool {
