@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"zyvor.dev/sysbox/internal/testenv"
 )
 
 func TestWriteFileReplacesAtomically(t *testing.T) {
@@ -132,11 +134,13 @@ func TestLockExcludesOtherProcess(t *testing.T) {
 	} else if le := (*LockedError)(nil); !errors.As(err, &le) || !strings.Contains(le.Holder, "pid ") {
 		t.Fatalf("holder not reported: %v", err)
 	}
-	if flock, err := exec.LookPath("flock"); err == nil {
-		out, err := exec.Command(flock, "-n", p, "true").CombinedOutput()
-		if err == nil {
-			t.Fatalf("flock(1) took a held lock: %s", out)
-		}
+	// flock(1) is a separate process: a missing one skips only through testenv (a failure
+	// under SYSBOX_TEST_REQUIRE_ALL), never silently.
+	flock := testenv.RequireBinary(t, "flock")
+	if out, err := exec.Command(flock, "-n", p, "true").CombinedOutput(); err == nil {
+		t.Fatalf("flock(1) took a held lock: %s", out)
+	} else if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("flock(1) -n on a held lock: got %v (%s), want exit status 1 (lock held)", err, out)
 	}
 	if locked, err := IsLocked(p); err != nil || !locked {
 		t.Fatalf("IsLocked: got %v %v, want true", locked, err)
