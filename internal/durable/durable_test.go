@@ -160,3 +160,28 @@ func TestLockExcludesOtherProcess(t *testing.T) {
 	}
 	l2.Unlock()
 }
+
+// ReadFileIfExists: only a path with no directory entry is absent; a dangling symlink and a
+// directory are errors.
+func TestReadFileIfExists(t *testing.T) {
+	dir := t.TempDir()
+	if _, ok, err := ReadFileIfExists(filepath.Join(dir, "none")); ok || err != nil {
+		t.Fatalf("absent: got ok=%v err=%v, want false, nil", ok, err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(filepath.Join(dir, "gone"), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := ReadFileIfExists(link); ok || !errors.Is(err, ErrDanglingSymlink) {
+		t.Fatalf("dangling symlink: got ok=%v err=%v, want ErrDanglingSymlink", ok, err)
+	}
+	if _, ok, err := ReadFileIfExists(dir); ok || err == nil {
+		t.Fatalf("directory: got ok=%v err=%v, want an error", ok, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gone"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if data, ok, err := ReadFileIfExists(link); !ok || err != nil || string(data) != "x" {
+		t.Fatalf("symlink to a file: got %q ok=%v err=%v", data, ok, err)
+	}
+}
