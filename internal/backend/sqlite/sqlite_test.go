@@ -150,3 +150,44 @@ func TestPathWithSpacesWorksAndQueryCharsRefused(t *testing.T) {
 		t.Fatalf("got %v, want a refusal of '?'", err)
 	}
 }
+
+// A snapshot write that fails (here a trigger aborts the insert, as a full disk or a read-only
+// table would) stops the destructive operation before it changes anything: Mutate returns the
+// error, never runs the mutation, and the stored serial stays.
+func TestFailedSnapshotStopsDestructiveMutation(t *testing.T) {
+	ctx := context.Background()
+	b, err := New(ctx, filepath.Join(t.TempDir(), "state.db"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	st := states.New()
+	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
+	st.Serial = 1
+	if err := b.Save(ctx, st, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DB().Exec(`CREATE TRIGGER no_snapshots BEFORE INSERT ON sysbox_state_snapshots BEGIN SELECT RAISE(ABORT, 'injected snapshot write failure'); END`); err != nil {
+		t.Fatal(err)
+	}
+	m := backend.NewManager(b, backend.Options{})
+	ran := false
+	_, err = m.Mutate(ctx, "destroy", true, func(st *states.State) error {
+		ran = true
+		st.Resources = nil
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "injected snapshot write failure") {
+		t.Fatalf("Mutate with a failing snapshot: got %v, want the snapshot error", err)
+	}
+	if ran {
+		t.Fatal("the destructive mutation ran although its snapshot failed")
+	}
+	if err := m.Store().Snapshot(ctx, "before destroy"); err == nil {
+		t.Fatal("Store.Snapshot with a failing write: got nil, want the error")
+	}
+	got, err := b.Read(ctx)
+	if err != nil || got.Serial != 1 || len(got.Resources) != 1 {
+		t.Fatalf("stored state after the refused mutation: got %+v, %v; want serial 1 with its resource", got, err)
+	}
+}
