@@ -849,25 +849,33 @@ func (v *verifyRecorder) VerifyArtifact(ctx context.Context, id substrate.Artifa
 	return v.Driver.VerifyArtifact(ctx, id)
 }
 
-// TestResetVerifiesTheArtifactAsCreated: reset verifies the baseline with the same spec
-// construction as create — the artifact identity carries the driver's reference (from the
-// artifact resource in state), not the bare configured identity.
-func TestResetVerifiesTheArtifactAsCreated(t *testing.T) {
-	h := newHarness(t)
-	rec := &verifyRecorder{Driver: h.fake}
+// appliedWithVerifyRecorder applies one node whose artifact comes from the artifact resource
+// sysbox_artifact.rootfs (returned as art), through a driver recording VerifyArtifact calls.
+func appliedWithVerifyRecorder(t *testing.T) (h *harness, rec *verifyRecorder, desired []Action, art addrs.Instance) {
+	t.Helper()
+	h = newHarness(t)
+	rec = &verifyRecorder{Driver: h.fake}
 	reg := driver.NewRegistry()
 	if err := reg.Register(rec); err != nil {
 		t.Fatal(err)
 	}
 	h.ex.Registry = reg
-	desired := topology(1, 1, false)
-	art := mustAddr("sysbox_artifact.rootfs")
+	desired = topology(1, 1, false)
+	art = mustAddr("sysbox_artifact.rootfs")
 	for i := range desired {
 		if desired[i].Node != nil {
 			desired[i].Node.ArtifactFrom = &art
 		}
 	}
 	h.mustApply(desired)
+	return h, rec, desired, art
+}
+
+// TestResetVerifiesTheArtifactAsCreated: reset verifies the baseline with the same spec
+// construction as create — the artifact identity carries the driver's reference (from the
+// artifact resource in state), not the bare configured identity.
+func TestResetVerifiesTheArtifactAsCreated(t *testing.T) {
+	h, rec, desired, art := appliedWithVerifyRecorder(t)
 	ref := h.state().Resource(art).ExternalID
 	if ref == "" {
 		t.Fatal("artifact has no driver reference in state")
@@ -933,21 +941,7 @@ func TestReplaceVerifiesBaselineBeforeDeletingPrior(t *testing.T) {
 // the artifact's resolve instead of refusing an image that is not loaded yet; an artifact
 // resource unchanged in state is verified with its driver reference.
 func TestReplaceWithItsArtifactChangedInTheSameRun(t *testing.T) {
-	h := newHarness(t)
-	rec := &verifyRecorder{Driver: h.fake}
-	reg := driver.NewRegistry()
-	if err := reg.Register(rec); err != nil {
-		t.Fatal(err)
-	}
-	h.ex.Registry = reg
-	desired := topology(1, 1, false)
-	art := mustAddr("sysbox_artifact.rootfs")
-	for i := range desired {
-		if desired[i].Node != nil {
-			desired[i].Node.ArtifactFrom = &art
-		}
-	}
-	h.mustApply(desired)
+	h, rec, desired, art := appliedWithVerifyRecorder(t)
 	node := mustAddr("sysbox_node.web[0]")
 	h.mustApply(desired, node.String())
 	if len(rec.ids) != 1 || rec.ids[0].Ref != h.state().Resource(art).ExternalID {

@@ -79,17 +79,7 @@ func TestStatesShareOneDatabase(t *testing.T) {
 
 func TestCorruptRowRefused(t *testing.T) {
 	ctx := context.Background()
-	b, err := New(ctx, filepath.Join(t.TempDir(), "state.db"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	st := states.New()
-	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
-	st.Serial = 1
-	if err := b.Save(ctx, st, 0); err != nil {
-		t.Fatal(err)
-	}
+	b := savedOne(t)
 	if _, err := b.DB().Exec(`UPDATE sysbox_states SET data = substr(data, 1, 200)`); err != nil {
 		t.Fatal(err)
 	}
@@ -156,23 +146,13 @@ func TestPathWithSpacesWorksAndQueryCharsRefused(t *testing.T) {
 // error, never runs the mutation, and the stored serial stays.
 func TestFailedSnapshotStopsDestructiveMutation(t *testing.T) {
 	ctx := context.Background()
-	b, err := New(ctx, filepath.Join(t.TempDir(), "state.db"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	st := states.New()
-	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
-	st.Serial = 1
-	if err := b.Save(ctx, st, 0); err != nil {
-		t.Fatal(err)
-	}
+	b := savedOne(t)
 	if _, err := b.DB().Exec(`CREATE TRIGGER no_snapshots BEFORE INSERT ON sysbox_state_snapshots BEGIN SELECT RAISE(ABORT, 'injected snapshot write failure'); END`); err != nil {
 		t.Fatal(err)
 	}
 	m := backend.NewManager(b, backend.Options{})
 	ran := false
-	_, err = m.Mutate(ctx, "destroy", true, func(st *states.State) error {
+	_, err := m.Mutate(ctx, "destroy", true, func(st *states.State) error {
 		ran = true
 		st.Resources = nil
 		return nil
@@ -190,4 +170,22 @@ func TestFailedSnapshotStopsDestructiveMutation(t *testing.T) {
 	if err != nil || got.Serial != 1 || len(got.Resources) != 1 {
 		t.Fatalf("stored state after the refused mutation: got %+v, %v; want serial 1 with its resource", got, err)
 	}
+}
+
+// savedOne opens a fresh database holding one state (serial 1, resource sysbox_node.web).
+func savedOne(t *testing.T) *Backend {
+	t.Helper()
+	ctx := context.Background()
+	b, err := New(ctx, filepath.Join(t.TempDir(), "state.db"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	st := states.New()
+	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
+	st.Serial = 1
+	if err := b.Save(ctx, st, 0); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
