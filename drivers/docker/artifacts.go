@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -113,8 +114,14 @@ func (d *Driver) VerifyArtifact(ctx context.Context, id substrate.ArtifactIdenti
 		return fmt.Errorf("%s: identity lacks a sha256 digest (%q): %w", what, id.Digest, driver.ErrDigestMismatch)
 	}
 	if filepath.IsAbs(id.Source) {
-		if digest, _, err := hashFile(id.Source); err == nil && digest != id.Digest {
+		// Only an archive that is gone falls back to the content tag below; an archive that is
+		// there but cannot be hashed (unreadable, a directory, an I/O error) refuses.
+		digest, _, err := hashFile(id.Source)
+		switch {
+		case err == nil && digest != id.Digest:
 			return fmt.Errorf("%s: archive now has digest %s, recorded %s: %w", what, digest, id.Digest, driver.ErrDigestMismatch)
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("%s: cannot re-hash the archive: %w", what, err)
 		}
 	}
 	if id.Ref != "" {

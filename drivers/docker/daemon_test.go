@@ -85,6 +85,23 @@ func TestDaemonArtifacts(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantErrIs(t, "VerifyArtifact(tampered archive)", d.VerifyArtifact(ctx, id), driver.ErrDigestMismatch)
+			// An archive that is there but cannot be hashed refuses (it used to fall back to the
+			// image tag and pass); only a missing archive falls back to the tag.
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(path, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.VerifyArtifact(ctx, id); err == nil || !strings.Contains(err.Error(), "cannot re-hash") {
+				t.Fatalf("VerifyArtifact(archive is a directory): got %v, want a refusal", err)
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.VerifyArtifact(ctx, id); err != nil {
+				t.Fatalf("VerifyArtifact(archive removed, image still tagged): got %v, want the tag fallback", err)
+			}
 		})
 	}
 }

@@ -44,12 +44,12 @@ func (d *Driver) readSidecar(containerID string) (sidecar, error) {
 	if !containerIDRE.MatchString(containerID) {
 		return sc, nil
 	}
-	data, err := os.ReadFile(d.sidecarPath(containerID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return sc, nil
-	}
+	data, ok, err := durable.ReadFileIfExists(d.sidecarPath(containerID))
 	if err != nil {
 		return sc, fmt.Errorf("NIC record: %w", err)
+	}
+	if !ok {
+		return sc, nil
 	}
 	if _, err := durable.DecodeRecord(data, sidecarKind, sidecarVersion, &sc); err != nil {
 		return sc, fmt.Errorf("NIC record %s: %w", d.sidecarPath(containerID), err)
@@ -139,9 +139,11 @@ func (d *Driver) sidecarResidue(topology string) ([]substrate.Object, error) {
 		if !ok || !containerIDRE.MatchString(id) {
 			continue
 		}
+		// A record that cannot be read may be one of topology's: an error, not "clean". One
+		// removed since the listing (a parallel delete) reads as empty and is skipped.
 		sc, err := d.readSidecar(id)
 		if err != nil {
-			continue
+			return nil, fmt.Errorf("NIC records: %w", err)
 		}
 		if o, err := substrate.ParseMarker(sc.Marker); err == nil && o.Topology == topology {
 			out = append(out, substrate.Object{Kind: "nic-record", ExternalID: d.sidecarPath(id), Owner: o})

@@ -335,3 +335,45 @@ func TestRetryDump(t *testing.T) {
 		})
 	}
 }
+
+// A NIC record the audit cannot read or decode is an error naming it (it was skipped, so the
+// audit read "clean"); a good record of the topology is listed.
+func TestSidecarResidueRefusesDamagedRecords(t *testing.T) {
+	owner := testOwner("test-sidecar", "web")
+	for _, tc := range []struct {
+		name string
+		bad  func(t *testing.T, path string)
+	}{
+		{"truncated", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, []byte(`{"kind":"sysbox-docker-nics","ver`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"directory", func(t *testing.T, path string) {
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"dangling symlink", func(t *testing.T, path string) {
+			if err := os.Symlink(path+".gone", path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &Driver{stateDir: t.TempDir()}
+			good := strings.Repeat("a", 64)
+			if err := d.updateSidecar(good, owner, func(n map[string]nicPrivate) { n["lan"] = nicPrivate{GuestIf: "eth1"} }); err != nil {
+				t.Fatal(err)
+			}
+			if objs, err := d.sidecarResidue(owner.Topology); err != nil || len(objs) != 1 {
+				t.Fatalf("sidecarResidue: got %+v, %v; want the one record", objs, err)
+			}
+			bad := d.sidecarPath(strings.Repeat("b", 64))
+			tc.bad(t, bad)
+			if objs, err := d.sidecarResidue(owner.Topology); err == nil || !strings.Contains(err.Error(), bad) {
+				t.Fatalf("sidecarResidue with a %s record: got %+v, %v; want an error naming %s", tc.name, objs, err, bad)
+			}
+		})
+	}
+}

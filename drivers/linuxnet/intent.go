@@ -66,30 +66,41 @@ func hasIntent(dir, name string, owner substrate.Owner) bool {
 	return in.Name == name && in.Marker == owner.Marker()
 }
 
-// Intents lists leftover intent records of topology in dir (for residue audits).
+// Intents lists leftover intent records of topology in dir (for residue audits and the clean-up
+// before a delete). A record that cannot be read or decoded is an error naming it, never
+// "clean": it may be one of topology's. A record removed between the listing and the read (a
+// parallel clean-up) is skipped.
 func Intents(dir, topology string) ([]substrate.Object, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("intents %s: %w", dir, err)
 	}
 	var out []substrate.Object
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".intent") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		path := filepath.Join(dir, e.Name())
+		b, ok, err := durable.ReadFileIfExists(path)
 		if err != nil {
+			return nil, fmt.Errorf("intent %s: %w", path, err)
+		}
+		if !ok {
 			continue
 		}
 		var in intent
 		if _, err := durable.DecodeRecord(b, intentKind, 1, &in); err != nil {
-			continue
+			return nil, fmt.Errorf("intent %s: %w", path, err)
 		}
-		if o, err := substrate.ParseMarker(in.Marker); err == nil && o.Topology == topology {
-			out = append(out, substrate.Object{Kind: "intent", ExternalID: filepath.Join(dir, e.Name()), Owner: o})
+		o, err := substrate.ParseMarker(in.Marker)
+		if err != nil {
+			return nil, fmt.Errorf("intent %s: %w", path, err)
+		}
+		if o.Topology == topology {
+			out = append(out, substrate.Object{Kind: "intent", ExternalID: path, Owner: o})
 		}
 	}
 	return out, nil

@@ -2,6 +2,8 @@ package netns
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 
@@ -15,23 +17,33 @@ import (
 func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Object, error) {
 	var out []substrate.Object
 	listed := map[string]bool{}
+	// A namespace or record that cannot be read may be one of topology's: that is an error, not
+	// "clean". One removed between the listing and the read (a parallel delete) is skipped.
 	ents, err := os.ReadDir(d.NetnsDir)
 	if err != nil && !os.IsNotExist(err) {
-		return nil, err
+		return nil, fmt.Errorf("residue: %w", err)
 	}
 	for _, e := range ents {
 		path := d.nsPath(e.Name())
-		if !isNetnsMount(path) {
+		mounted, err := netnsMount(path)
+		if errors.Is(err, os.ErrNotExist) || err == nil && !mounted {
 			continue
 		}
-		if o, err := nsMarker(d.ns(e.Name())); err == nil && o.Topology == topology {
+		if err != nil {
+			return nil, fmt.Errorf("residue: netns %s: %w", path, err)
+		}
+		o, err := nsMarker(d.ns(e.Name()))
+		switch {
+		case errors.Is(err, errNsUnreadable) && !errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("residue: netns %s: %w", path, err)
+		case err == nil && o.Topology == topology:
 			out = append(out, substrate.Object{Kind: "netns", ExternalID: e.Name(), Owner: o})
 			listed[e.Name()] = true
 		}
 	}
 	scs, err := os.ReadDir(d.StateDir)
 	if err != nil && !os.IsNotExist(err) {
-		return nil, err
+		return nil, fmt.Errorf("residue: %w", err)
 	}
 	for _, e := range scs {
 		name, ok := strings.CutSuffix(e.Name(), ".json")
@@ -39,8 +51,11 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 			continue
 		}
 		sc, err := d.readSidecar(name)
-		if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
 			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("residue: sidecar %s: %w", d.sidecarPath(name), err)
 		}
 		if o, err := ownerFromSidecar(sc); err == nil && o.Topology == topology && !listed[name] {
 			out = append(out, substrate.Object{Kind: "netns-sidecar", ExternalID: d.sidecarPath(name), Owner: o})

@@ -238,7 +238,7 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		return obs, fmt.Errorf("node %s: %w", owner.Address, err)
 	}
 	path := d.nsPath(p.Netns)
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || (err == nil && !isNetnsMount(path)) {
+	if mounted, err := netnsMount(path); errors.Is(err, os.ErrNotExist) || (err == nil && !mounted) {
 		obs.Status = substrate.Absent
 		obs.Reason = "namespace " + path + " does not exist"
 		return obs, nil
@@ -257,6 +257,10 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		obs.Owner = &found
 	}
 	switch {
+	case errors.Is(merr, errNsUnreadable):
+		// Not being able to look is not evidence of drift: unknown, and the caller stops.
+		obs.Status, obs.Reason = substrate.Unknown, merr.Error()
+		return obs, fmt.Errorf("node %s: %w: %w", owner.Address, driver.ErrUnavailable, merr)
 	case merr != nil || !found.Equal(owner):
 		obs.Status = substrate.Drifted
 		obs.Reason = "namespace " + p.Netns + " lacks this node's ownership marker"
@@ -366,11 +370,13 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
-	if intents, err := linuxnet.Intents(d.intentDir(), owner.Topology); err == nil {
-		for _, in := range intents {
-			if in.Owner.Equal(owner) {
-				links = append(links, strings.TrimSuffix(filepath.Base(in.ExternalID), ".intent"))
-			}
+	intents, err := linuxnet.Intents(d.intentDir(), owner.Topology)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	for _, in := range intents {
+		if in.Owner.Equal(owner) {
+			links = append(links, strings.TrimSuffix(filepath.Base(in.ExternalID), ".intent"))
 		}
 	}
 	for _, l := range links {

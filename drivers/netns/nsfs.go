@@ -128,18 +128,31 @@ func isNetnsMount(path string) bool {
 	return fs.Type == unix.NSFS_MAGIC
 }
 
+// errNsUnreadable marks a namespace that could not be entered or read: the marker is unknown,
+// not absent (a namespace without a marker gives substrate.ErrNoMarker or a parse error).
+var errNsUnreadable = errors.New("cannot read the namespace's marker")
+
 // nsMarker reads the owner marker from the namespace's loopback alias.
 func nsMarker(ns linuxnet.Netns) (substrate.Owner, error) {
 	nh, err := ns.Netlink()
 	if err != nil {
-		return substrate.Owner{}, err
+		return substrate.Owner{}, fmt.Errorf("%w: %w", errNsUnreadable, err)
 	}
 	defer nh.Close()
 	lo, err := nh.LinkByName("lo")
 	if err != nil {
-		return substrate.Owner{}, fmt.Errorf("netns %s: lo: %w", ns, err)
+		return substrate.Owner{}, fmt.Errorf("%w: netns %s: lo: %w", errNsUnreadable, ns, err)
 	}
 	return substrate.ParseMarker(lo.Attrs().Alias)
+}
+
+// netnsMount is isNetnsMount with its error: whether path is a mounted network namespace.
+func netnsMount(path string) (bool, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return false, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return fs.Type == unix.NSFS_MAGIC, nil
 }
 
 // setNsMarker writes owner's marker into the namespace's loopback alias and brings lo up.

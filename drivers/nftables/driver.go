@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -165,9 +166,13 @@ func (d *Driver) ObservePolicy(ctx context.Context, node substrate.Handle, h sub
 		return obs, fmt.Errorf("policy %s: %w", spec.Owner.Address, err)
 	}
 	fd, err := ns.Open()
-	if err != nil {
+	if errors.Is(err, os.ErrNotExist) {
 		obs.Status, obs.Reason = substrate.Absent, "node namespace is gone"
 		return obs, nil
+	} else if err != nil {
+		// Only ENOENT says gone; a namespace that cannot be entered is unknown.
+		obs.Status, obs.Reason = substrate.Unknown, err.Error()
+		return obs, fmt.Errorf("policy %s: %w: %w", spec.Owner.Address, driver.ErrUnavailable, err)
 	}
 	defer fd.Close()
 	c, err := nft.New(nft.WithNetNSFd(int(fd)))
@@ -191,7 +196,10 @@ func (d *Driver) ObservePolicy(ctx context.Context, node substrate.Handle, h sub
 		return obs, nil
 	}
 	devs, err := devices(ns, atts)
-	if err != nil {
+	if errors.Is(err, driver.ErrUnavailable) {
+		obs.Status, obs.Reason = substrate.Unknown, err.Error()
+		return obs, fmt.Errorf("policy %s: %w", spec.Owner.Address, err)
+	} else if err != nil {
 		obs.Status, obs.Reason = substrate.Drifted, err.Error()
 		return obs, nil
 	}
@@ -211,7 +219,12 @@ func (d *Driver) ObservePolicy(ctx context.Context, node substrate.Handle, h sub
 		return obs, nil
 	}
 	if spec.Router != nil {
-		if on, err := forwarding(ns); err != nil || !on {
+		on, err := forwarding(ns)
+		if err != nil {
+			obs.Status, obs.Reason = substrate.Unknown, err.Error()
+			return obs, fmt.Errorf("policy %s: %w: %w", spec.Owner.Address, driver.ErrUnavailable, err)
+		}
+		if !on {
 			obs.Status, obs.Reason = substrate.Drifted, "net.ipv4.ip_forward is off in the node"
 			return obs, nil
 		}
@@ -235,8 +248,10 @@ func (d *Driver) DeletePolicy(ctx context.Context, node substrate.Handle, h subs
 		return fmt.Errorf("%s: %w", where, err)
 	}
 	fd, err := ns.Open()
-	if err != nil {
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
+	} else if err != nil {
+		return fmt.Errorf("%s: %w: %w", where, driver.ErrUnavailable, err) // not proof it is gone
 	}
 	defer fd.Close()
 	c, err := nft.New(nft.WithNetNSFd(int(fd)))
@@ -280,12 +295,12 @@ func decodePrivate(env substrate.Envelope) (private, error) {
 func devices(ns linuxnet.Netns, atts []substrate.AttachmentState) (map[string]string, error) {
 	nh, err := ns.Netlink()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 	}
 	defer nh.Close()
 	links, err := linuxnet.LinkList(nh)
 	if err != nil {
-		return nil, fmt.Errorf("netns %s: list links: %w", ns, err)
+		return nil, fmt.Errorf("netns %s: list links: %w: %w", ns, driver.ErrUnavailable, err)
 	}
 	devs := map[string]string{}
 	for _, a := range atts {

@@ -41,10 +41,8 @@ func TestDemoHeadingsPlainWhenNotATerminal(t *testing.T) {
 				t.Fatalf("%s piped: got %q, want %q", tc.script, got, want)
 			}
 			// On a terminal (script(1) gives it one) the heading is bold.
-			scriptBin, err := exec.LookPath("script")
-			if err != nil {
-				return // util-linux script(1) absent: the piped case above is the fix under test
-			}
+			// util-linux script(1) absent skips only through testenv (fails under REQUIRE_ALL).
+			scriptBin := testenv.RequireBinary(t, "script")
 			tty, err := exec.Command(scriptBin, "-qec", bash+" -c "+shellQuote(prog), "/dev/null").Output()
 			if err != nil {
 				t.Fatalf("%s under script(1): %v", tc.script, err)

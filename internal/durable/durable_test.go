@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"zyvor.dev/sysbox/internal/testenv"
 )
 
 func TestWriteFileReplacesAtomically(t *testing.T) {
@@ -132,11 +134,13 @@ func TestLockExcludesOtherProcess(t *testing.T) {
 	} else if le := (*LockedError)(nil); !errors.As(err, &le) || !strings.Contains(le.Holder, "pid ") {
 		t.Fatalf("holder not reported: %v", err)
 	}
-	if flock, err := exec.LookPath("flock"); err == nil {
-		out, err := exec.Command(flock, "-n", p, "true").CombinedOutput()
-		if err == nil {
-			t.Fatalf("flock(1) took a held lock: %s", out)
-		}
+	// flock(1) is a separate process: a missing one skips only through testenv (a failure
+	// under SYSBOX_TEST_REQUIRE_ALL), never silently.
+	flock := testenv.RequireBinary(t, "flock")
+	if out, err := exec.Command(flock, "-n", p, "true").CombinedOutput(); err == nil {
+		t.Fatalf("flock(1) took a held lock: %s", out)
+	} else if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("flock(1) -n on a held lock: got %v (%s), want exit status 1 (lock held)", err, out)
 	}
 	if locked, err := IsLocked(p); err != nil || !locked {
 		t.Fatalf("IsLocked: got %v %v, want true", locked, err)
@@ -155,4 +159,29 @@ func TestLockExcludesOtherProcess(t *testing.T) {
 		t.Fatalf("relock: %v", err)
 	}
 	l2.Unlock()
+}
+
+// ReadFileIfExists: only a path with no directory entry is absent; a dangling symlink and a
+// directory are errors.
+func TestReadFileIfExists(t *testing.T) {
+	dir := t.TempDir()
+	if _, ok, err := ReadFileIfExists(filepath.Join(dir, "none")); ok || err != nil {
+		t.Fatalf("absent: got ok=%v err=%v, want false, nil", ok, err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(filepath.Join(dir, "gone"), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := ReadFileIfExists(link); ok || !errors.Is(err, ErrDanglingSymlink) {
+		t.Fatalf("dangling symlink: got ok=%v err=%v, want ErrDanglingSymlink", ok, err)
+	}
+	if _, ok, err := ReadFileIfExists(dir); ok || err == nil {
+		t.Fatalf("directory: got ok=%v err=%v, want an error", ok, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gone"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if data, ok, err := ReadFileIfExists(link); !ok || err != nil || string(data) != "x" {
+		t.Fatalf("symlink to a file: got %q ok=%v err=%v", data, ok, err)
+	}
 }

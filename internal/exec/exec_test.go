@@ -849,25 +849,33 @@ func (v *verifyRecorder) VerifyArtifact(ctx context.Context, id substrate.Artifa
 	return v.Driver.VerifyArtifact(ctx, id)
 }
 
-// TestResetVerifiesTheArtifactAsCreated: reset verifies the baseline with the same spec
-// construction as create — the artifact identity carries the driver's reference (from the
-// artifact resource in state), not the bare configured identity.
-func TestResetVerifiesTheArtifactAsCreated(t *testing.T) {
-	h := newHarness(t)
-	rec := &verifyRecorder{Driver: h.fake}
+// appliedWithVerifyRecorder applies one node whose artifact comes from the artifact resource
+// sysbox_artifact.rootfs (returned as art), through a driver recording VerifyArtifact calls.
+func appliedWithVerifyRecorder(t *testing.T) (h *harness, rec *verifyRecorder, desired []Action, art addrs.Instance) {
+	t.Helper()
+	h = newHarness(t)
+	rec = &verifyRecorder{Driver: h.fake}
 	reg := driver.NewRegistry()
 	if err := reg.Register(rec); err != nil {
 		t.Fatal(err)
 	}
 	h.ex.Registry = reg
-	desired := topology(1, 1, false)
-	art := mustAddr("sysbox_artifact.rootfs")
+	desired = topology(1, 1, false)
+	art = mustAddr("sysbox_artifact.rootfs")
 	for i := range desired {
 		if desired[i].Node != nil {
 			desired[i].Node.ArtifactFrom = &art
 		}
 	}
 	h.mustApply(desired)
+	return h, rec, desired, art
+}
+
+// TestResetVerifiesTheArtifactAsCreated: reset verifies the baseline with the same spec
+// construction as create — the artifact identity carries the driver's reference (from the
+// artifact resource in state), not the bare configured identity.
+func TestResetVerifiesTheArtifactAsCreated(t *testing.T) {
+	h, rec, desired, art := appliedWithVerifyRecorder(t)
 	ref := h.state().Resource(art).ExternalID
 	if ref == "" {
 		t.Fatal("artifact has no driver reference in state")
@@ -882,4 +890,76 @@ func TestResetVerifiesTheArtifactAsCreated(t *testing.T) {
 	if got := rec.ids[0]; got.Ref != ref || got.Digest == "" {
 		t.Fatalf("reset verified %+v, want the identity with ref %s (as the node is created)", got, ref)
 	}
+}
+
+// TestReplaceVerifiesBaselineBeforeDeletingPrior: a replace verifies the new generation's
+// baseline before it deletes the running node. A changed, unverifiable (daemon unavailable) or
+// failing baseline check keeps the node, in the world and in state, untouched.
+func TestReplaceVerifiesBaselineBeforeDeletingPrior(t *testing.T) {
+	node := mustAddr("sysbox_node.web[0]")
+	for _, tc := range []struct {
+		name   string
+		breakf func(h *harness)
+		is     error
+	}{
+		{"changed baseline", func(h *harness) {
+			if err := h.fake.SetArtifact("./rootfs.tar", "tampered"); err != nil {
+				t.Fatal(err)
+			}
+		}, driver.ErrDigestMismatch},
+		{"daemon unavailable", func(h *harness) { h.fake.SetFailpoint("VerifyArtifact", 1, fake.FailUnavailable) }, driver.ErrUnavailable},
+		{"verify error", func(h *harness) { h.fake.SetFailpoint("VerifyArtifact", 1, fake.FailError) }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			desired := topology(1, 1, false)
+			h.mustApply(desired)
+			before := h.state().Resource(node)
+			mutations := h.fake.World().Mutations
+			tc.breakf(h)
+			_, err := h.apply(desired, node.String())
+			if err == nil || (tc.is != nil && !errors.Is(err, tc.is)) || !strings.Contains(err.Error(), "verify baseline") {
+				t.Fatalf("replace with a bad baseline: got %v, want a baseline refusal (%v)", err, tc.is)
+			}
+			w := h.fake.World()
+			if n := w.Nodes[before.ExternalID]; n == nil {
+				t.Fatalf("running node %s was deleted although its replacement's baseline did not verify", before.ExternalID)
+			}
+			if w.Mutations != mutations {
+				t.Fatalf("world mutated (%d → %d) although the baseline check failed", mutations, w.Mutations)
+			}
+			after := h.state().Resource(node)
+			if after == nil || after.ExternalID != before.ExternalID || after.Owner != before.Owner {
+				t.Fatalf("state lost or changed the running node: before %+v, after %+v", before, after)
+			}
+		})
+	}
+}
+
+// TestReplaceWithItsArtifactChangedInTheSameRun: when the node's artifact resource is itself
+// resolved anew by the run (another digest than in state), the replace leaves that identity to
+// the artifact's resolve instead of refusing an image that is not loaded yet; an artifact
+// resource unchanged in state is verified with its driver reference.
+func TestReplaceWithItsArtifactChangedInTheSameRun(t *testing.T) {
+	h, rec, desired, art := appliedWithVerifyRecorder(t)
+	node := mustAddr("sysbox_node.web[0]")
+	h.mustApply(desired, node.String())
+	if len(rec.ids) != 1 || rec.ids[0].Ref != h.state().Resource(art).ExternalID {
+		t.Fatalf("replace with a settled artifact: VerifyArtifact got %+v, want one call with the state's ref", rec.ids)
+	}
+	// New content, new digest: the artifact is re-resolved in the same run as the node replace.
+	if err := h.fake.SetArtifact("./rootfs.tar", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range desired {
+		if desired[i].Node != nil {
+			desired[i].Node.Spec.Artifact.Digest = fakeDigest("v2")
+		}
+	}
+	rec.ids = nil
+	h.mustApply(desired, art.String(), node.String())
+	if len(rec.ids) != 0 {
+		t.Fatalf("replace verified an artifact the same run resolves anew: %+v", rec.ids)
+	}
+	checkAgree(t, h.state(), h.fake)
 }

@@ -67,6 +67,13 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 			return fmt.Errorf("delete network %s: %w", p.Handle.ExternalID, err)
 		}
 	case KindNode:
+		if op.Op == OpReplace {
+			// The new generation's baseline must verify before the running one is removed: a
+			// changed, unreadable or unavailable baseline keeps the node.
+			if err := r.verifyBaseline(ctx, op, true); err != nil {
+				return fmt.Errorf("replace %s: %w (the running node %s was kept)", op.Addr, err, p.Handle.ExternalID)
+			}
+		}
 		if err := r.removeNode(ctx, op, p); err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package exec
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -156,22 +157,8 @@ func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 		return err
 	}
 	if !op.Step.atLeast(StepVerified) {
-		// The identities as the node is created from them (with the driver's reference).
-		base, err := r.nodeSpec(ctx, op, false)
-		if err != nil {
+		if err := r.verifyBaseline(ctx, op, false); err != nil {
 			return err
-		}
-		for _, id := range []*substrate.ArtifactIdentity{base.Artifact, base.Kernel} {
-			if id == nil {
-				continue
-			}
-			arts, err := driver.Get[driver.Artifacts](r.e.Registry, a.Driver, driver.CapArtifact)
-			if err != nil {
-				return err
-			}
-			if err := arts.VerifyArtifact(ctx, *id); err != nil {
-				return fmt.Errorf("verify baseline %s: %w", id.Source, err)
-			}
 		}
 		if err := r.ck(op, StepVerified); err != nil {
 			return err
@@ -326,4 +313,59 @@ func (r *run) cleanupPrior(ctx context.Context, p *PriorObject) error {
 		return err
 	}
 	return ignoreNotFound(nodes.DeleteNode(ctx, p.Handle, p.Owner))
+}
+
+// verifyBaseline re-checks, through the artifact driver, the artifact identities op's node is
+// created from (with the driver's reference from state). Any error refuses: the caller has not
+// yet touched the running node. With settledOnly (a replace, whose removal runs before this
+// run resolves its changed artifacts), an identity whose artifact resource this run resolves
+// anew (not in state, or in state with another digest) is left to that resolve.
+func (r *run) verifyBaseline(ctx context.Context, op *OpState, settledOnly bool) error {
+	base, err := r.nodeSpec(ctx, op, false)
+	if err != nil {
+		return err
+	}
+	n := op.Action.Node
+	for _, c := range []struct {
+		id   *substrate.ArtifactIdentity
+		from *addrs.Instance
+	}{{base.Artifact, n.ArtifactFrom}, {base.Kernel, n.KernelFrom}} {
+		if c.id == nil || settledOnly && !r.artifactSettled(c.from, c.id.Digest) {
+			continue
+		}
+		arts, err := driver.Get[driver.Artifacts](r.e.Registry, op.Action.Driver, driver.CapArtifact)
+		if err != nil {
+			return fmt.Errorf("verify baseline %s: %w", c.id.Source, err)
+		}
+		if err := arts.VerifyArtifact(ctx, *c.id); err != nil {
+			return fmt.Errorf("verify baseline %s: %w", c.id.Source, err)
+		}
+	}
+	return nil
+}
+
+// artifactSettled reports whether the artifact resource at from is in state with digest (the
+// handler's attributes carry it as "digest", the executor's summary as "artifact.digest").
+func (r *run) artifactSettled(from *addrs.Instance, digest string) bool {
+	if from == nil {
+		return true // an identity not produced by a resource of this topology
+	}
+	var rec struct {
+		Digest   string `json:"digest"`
+		Artifact *struct {
+			Digest string `json:"digest"`
+		} `json:"artifact"`
+	}
+	settled := false
+	r.sv.view(func(st *states.State) {
+		ar := st.Resource(*from)
+		if ar == nil || json.Unmarshal(ar.Attributes, &rec) != nil {
+			return
+		}
+		if rec.Artifact != nil && rec.Digest == "" {
+			rec.Digest = rec.Artifact.Digest
+		}
+		settled = rec.Digest == digest
+	})
+	return settled
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -44,7 +45,37 @@ func ReadFile(path string) (*Plan, error) {
 	if p.FormatVersion != FormatVersion {
 		return nil, fmt.Errorf("read plan %s: %w: plan format %q (this build reads %q)", path, durable.ErrUnknownVersion, p.FormatVersion, FormatVersion)
 	}
+	if err := checkFingerprint(&p); err != nil {
+		return nil, fmt.Errorf("read plan %s: %w: %w", path, durable.ErrCorrupt, err)
+	}
 	return &p, nil
+}
+
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// checkFingerprint refuses a stored plan whose fingerprint is missing, empty or malformed, or
+// whose action digest does not cover its actions: a plan is only as trustworthy as the digests
+// that bind it to the inputs it was made from.
+func checkFingerprint(p *Plan) error {
+	fp := &p.Fingerprint
+	for _, d := range []struct{ field, v string }{
+		{FieldSourceDigest, fp.SourceDigest},
+		{FieldInputDigest, fp.InputDigest},
+		{FieldActions + "_digest", fp.ActionsDigest},
+	} {
+		if !digestRE.MatchString(d.v) {
+			return fmt.Errorf("fingerprint %s %q: want sha256:<64 lowercase hex>", d.field, d.v)
+		}
+	}
+	for addr, d := range fp.Artifacts {
+		if !digestRE.MatchString(d) {
+			return fmt.Errorf("fingerprint %s[%s] %q: want sha256:<64 lowercase hex>", FieldArtifacts, addr, d)
+		}
+	}
+	if got := ActionsDigest(p.Actions); got != fp.ActionsDigest {
+		return fmt.Errorf("fingerprint %s_digest %s does not match the stored actions (%s)", FieldActions, fp.ActionsDigest, got)
+	}
+	return nil
 }
 
 // ErrStale is wrapped by every *StaleError.

@@ -210,3 +210,64 @@ func goldenPlan(t *testing.T, ex string) {
 }
 
 var _ = driver.CapPolicy
+
+// A stored plan whose record checksum was recomputed after its fingerprint was blanked or
+// mangled (what anyone who can write the file can do) is refused on read: every digest must be
+// well formed and the actions digest must cover the stored actions.
+func TestPlanFileRefusesEmptyOrMalformedFingerprint(t *testing.T) {
+	p, _ := basePlan(t)
+	path := filepath.Join(t.TempDir(), "lab.plan")
+	for _, tc := range []struct {
+		name  string
+		field string
+		edit  func(fp *plans.Fingerprint, q *plans.Plan)
+	}{
+		{"empty source digest", "source_digest", func(fp *plans.Fingerprint, _ *plans.Plan) { fp.SourceDigest = "" }},
+		{"empty input digest", "input_digest", func(fp *plans.Fingerprint, _ *plans.Plan) { fp.InputDigest = "" }},
+		{"empty actions digest", "actions_digest", func(fp *plans.Fingerprint, _ *plans.Plan) { fp.ActionsDigest = "" }},
+		{"truncated source digest", "source_digest", func(fp *plans.Fingerprint, _ *plans.Plan) { fp.SourceDigest = fp.SourceDigest[:20] }},
+		{"uppercase input digest", "input_digest", func(fp *plans.Fingerprint, _ *plans.Plan) {
+			fp.InputDigest = strings.ToUpper(fp.InputDigest)
+		}},
+		{"no algorithm", "actions_digest", func(fp *plans.Fingerprint, _ *plans.Plan) {
+			fp.ActionsDigest = strings.TrimPrefix(fp.ActionsDigest, "sha256:")
+		}},
+		{"empty artifact digest", "artifacts", func(fp *plans.Fingerprint, _ *plans.Plan) {
+			fp.Artifacts = map[string]string{"sysbox_artifact.img": ""}
+		}},
+		{"actions edited, digest kept", "actions_digest", func(_ *plans.Fingerprint, q *plans.Plan) {
+			q.Actions = q.Actions[:len(q.Actions)-1]
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := *p
+			q.Actions = append([]plans.ResourceAction(nil), p.Actions...)
+			tc.edit(&q.Fingerprint, &q)
+			rec, err := durable.EncodeRecord(plans.RecordKind, 1, &q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, rec, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := plans.ReadFile(path)
+			if got != nil || !errors.Is(err, durable.ErrCorrupt) || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("got %v, %v; want ErrCorrupt naming %s and %s", got, err, tc.field, path)
+			}
+		})
+	}
+	// Not a file: a directory and a dangling symlink are errors, never an empty plan.
+	dir := filepath.Join(t.TempDir(), "dir.plan")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link.plan")
+	if err := os.Symlink(filepath.Join(t.TempDir(), "gone"), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{dir, link} {
+		if got, err := plans.ReadFile(bad); got != nil || err == nil {
+			t.Fatalf("ReadFile(%s): got %v, %v; want an error", bad, got, err)
+		}
+	}
+}

@@ -91,12 +91,12 @@ func (b *Backend) Close() error {
 
 // Read implements backend.Reader.
 func (b *Backend) Read(ctx context.Context) (*states.State, error) {
-	data, err := os.ReadFile(b.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	data, ok, err := durable.ReadFileIfExists(b.path)
 	if err != nil {
 		return nil, fmt.Errorf("local backend: %w", err)
+	}
+	if !ok {
+		return nil, nil
 	}
 	st, err := states.Decode(data)
 	if err != nil {
@@ -109,6 +109,10 @@ func (b *Backend) Read(ctx context.Context) (*states.State, error) {
 func (b *Backend) current() (states.Header, bool, error) {
 	f, err := os.Open(b.path)
 	if errors.Is(err, os.ErrNotExist) {
+		// A dangling symlink is not "no state": a first save would pass the CAS at serial 0.
+		if err := durable.Absent(b.path); err != nil {
+			return states.Header{}, false, fmt.Errorf("local backend: %w", err)
+		}
 		return states.Header{}, false, nil
 	}
 	if err != nil {
@@ -252,12 +256,12 @@ func (b *Backend) Snapshot(ctx context.Context, reason string) (backend.Snapshot
 		return backend.SnapshotInfo{}, err
 	}
 	defer l.Unlock()
-	data, err := os.ReadFile(b.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return backend.SnapshotInfo{}, backend.ErrNoState
-	}
+	data, ok, err := durable.ReadFileIfExists(b.path)
 	if err != nil {
 		return backend.SnapshotInfo{}, fmt.Errorf("local backend: snapshot: %w", err)
+	}
+	if !ok {
+		return backend.SnapshotInfo{}, backend.ErrNoState
 	}
 	h, err := states.ReadHeader(bytes.NewReader(data))
 	if err != nil {

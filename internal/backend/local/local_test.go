@@ -123,3 +123,64 @@ func TestOpenRejectsUnknownSetting(t *testing.T) {
 		t.Fatalf("got %v, want an error naming the unknown setting", err)
 	}
 }
+
+// A state path that is a dangling symlink, or a directory, is not "no state": reading, saving
+// at serial 0 (which would pass the CAS and replace the link) and snapshotting all refuse, and
+// nothing is written at the link or its target.
+func TestStatePathNotAFileRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T, path string)
+		is   error
+	}{
+		{"dangling symlink", func(t *testing.T, path string) {
+			if err := os.Symlink(filepath.Join(filepath.Dir(path), "moved-away.sbxstate"), path); err != nil {
+				t.Fatal(err)
+			}
+		}, durable.ErrDanglingSymlink},
+		{"directory", func(t *testing.T, path string) {
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "s.sbxstate")
+			b, err := New(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.make(t, path)
+			check := func(what string, err error) {
+				t.Helper()
+				if err == nil || errors.Is(err, backend.ErrNoState) || (tc.is != nil && !errors.Is(err, tc.is)) {
+					t.Fatalf("%s: got %v, want a refusal (%v)", what, err, tc.is)
+				}
+				if !strings.Contains(err.Error(), path) {
+					t.Fatalf("%s: error does not name the path %s: %v", what, path, err)
+				}
+			}
+			st, err := b.Read(ctx)
+			if st != nil {
+				t.Fatalf("Read returned a state %+v", st)
+			}
+			check("Read", err)
+			_, _, _, err = b.StoredSerial(ctx)
+			check("StoredSerial", err)
+			ns := states.New()
+			ns.Set(backendtest.Resource(ns.Lineage, "sysbox_node.web"))
+			ns.Serial = 1
+			check("Save at serial 0", b.Save(ctx, ns, 0))
+			_, err = b.Snapshot(ctx, "pre-destroy")
+			check("Snapshot", err)
+			if _, err := os.Stat(filepath.Join(dir, "moved-away.sbxstate")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the link target was created: %v", err)
+			}
+			if fi, err := os.Lstat(path); err != nil || fi.Mode().IsRegular() {
+				t.Fatalf("the state path was replaced by a file: %v %v", fi, err)
+			}
+		})
+	}
+}

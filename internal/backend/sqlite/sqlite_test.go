@@ -79,17 +79,7 @@ func TestStatesShareOneDatabase(t *testing.T) {
 
 func TestCorruptRowRefused(t *testing.T) {
 	ctx := context.Background()
-	b, err := New(ctx, filepath.Join(t.TempDir(), "state.db"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	st := states.New()
-	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
-	st.Serial = 1
-	if err := b.Save(ctx, st, 0); err != nil {
-		t.Fatal(err)
-	}
+	b := savedOne(t)
 	if _, err := b.DB().Exec(`UPDATE sysbox_states SET data = substr(data, 1, 200)`); err != nil {
 		t.Fatal(err)
 	}
@@ -149,4 +139,53 @@ func TestPathWithSpacesWorksAndQueryCharsRefused(t *testing.T) {
 	if _, err := New(ctx, filepath.Join(t.TempDir(), "a?b.db"), ""); err == nil || !strings.Contains(err.Error(), "may not contain") {
 		t.Fatalf("got %v, want a refusal of '?'", err)
 	}
+}
+
+// A snapshot write that fails (here a trigger aborts the insert, as a full disk or a read-only
+// table would) stops the destructive operation before it changes anything: Mutate returns the
+// error, never runs the mutation, and the stored serial stays.
+func TestFailedSnapshotStopsDestructiveMutation(t *testing.T) {
+	ctx := context.Background()
+	b := savedOne(t)
+	if _, err := b.DB().Exec(`CREATE TRIGGER no_snapshots BEFORE INSERT ON sysbox_state_snapshots BEGIN SELECT RAISE(ABORT, 'injected snapshot write failure'); END`); err != nil {
+		t.Fatal(err)
+	}
+	m := backend.NewManager(b, backend.Options{})
+	ran := false
+	_, err := m.Mutate(ctx, "destroy", true, func(st *states.State) error {
+		ran = true
+		st.Resources = nil
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "injected snapshot write failure") {
+		t.Fatalf("Mutate with a failing snapshot: got %v, want the snapshot error", err)
+	}
+	if ran {
+		t.Fatal("the destructive mutation ran although its snapshot failed")
+	}
+	if err := m.Store().Snapshot(ctx, "before destroy"); err == nil {
+		t.Fatal("Store.Snapshot with a failing write: got nil, want the error")
+	}
+	got, err := b.Read(ctx)
+	if err != nil || got.Serial != 1 || len(got.Resources) != 1 {
+		t.Fatalf("stored state after the refused mutation: got %+v, %v; want serial 1 with its resource", got, err)
+	}
+}
+
+// savedOne opens a fresh database holding one state (serial 1, resource sysbox_node.web).
+func savedOne(t *testing.T) *Backend {
+	t.Helper()
+	ctx := context.Background()
+	b, err := New(ctx, filepath.Join(t.TempDir(), "state.db"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	st := states.New()
+	st.Set(backendtest.Resource(st.Lineage, "sysbox_node.web"))
+	st.Serial = 1
+	if err := b.Save(ctx, st, 0); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
