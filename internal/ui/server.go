@@ -29,12 +29,17 @@ type Server struct {
 	id      uint64
 	body    []byte        // JSON of the current graph
 	changed chan struct{} // closed (and replaced) when body changes
+	done    chan struct{} // closed by Close: event streams end
+	once    sync.Once
 }
 
 // NewServer returns a server that builds graphs with load.
 func NewServer(load Loader) *Server {
-	return &Server{load: load, changed: make(chan struct{})}
+	return &Server{load: load, changed: make(chan struct{}), done: make(chan struct{})}
 }
+
+// Close ends every open event stream (an http.Server waits for them on shutdown).
+func (s *Server) Close() { s.once.Do(func() { close(s.done) }) }
 
 // Poll loads the graph once and publishes it as a new event if it differs from the last one.
 // A load error is published as a graph carrying the error, so the page says why it is empty.
@@ -160,6 +165,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
+			return
+		case <-s.done:
 			return
 		case <-changed:
 		case <-ping.C:

@@ -61,6 +61,7 @@ func newUICommand(app *App) *cobra.Command {
 				BaseContext: func(net.Listener) context.Context { return ctx }}
 			go func() {
 				<-ctx.Done()
+				srv.Close()
 				hs.Close()
 			}()
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

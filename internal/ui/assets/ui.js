@@ -28,6 +28,7 @@
         "target-arrow-color": "#b0bec5", "line-color": "#b0bec5" } },
     ],
   });
+  window.sysboxCy = cy; // for scripts and the page test
   let graph = { elements: [], edges: [] };
   let selected = null;
   let shape = "";
