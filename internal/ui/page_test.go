@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"zyvor.dev/sysbox/internal/testenv"
+	"zyvor.dev/sysbox/pkg/substrate"
 )
 
 var screenshotDir = flag.String("screenshots", "", "write the page test's screenshots to `DIR` (default: the test's temp dir)")
@@ -119,4 +120,14 @@ func TestPageInChromium(t *testing.T) {
 	// Reported, not asserted: timing depends on the machine.
 	t.Logf("reset to page: %v", time.Since(start))
 	screenshot(t, ctx, "ui-after-reset.png")
+
+	// A refresh that finds the node's process gone records it absent: the page follows.
+	lab.observe(t, "sysbox_node.client", substrate.Absent)
+	if err := s.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#elements li[data-address="sysbox_node.client"][data-observation="absent"]`))); err != nil {
+		t.Fatalf("absent client did not reach the page: %v", err)
+	}
+	screenshot(t, ctx, "ui-client-absent.png")
 }

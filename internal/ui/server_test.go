@@ -45,6 +45,16 @@ func (f *fakeLab) reset(t testing.TB, addr string) {
 	f.st.Serial++
 }
 
+// observe records a refresh's observation of addr.
+func (f *fakeLab) observe(t testing.TB, addr string, status substrate.Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := *f.st.Resource(mustAddr(t, addr))
+	r.Observation = states.Observation{Status: status, Reason: "process gone", At: r.Observation.At}
+	f.st.Set(&r)
+	f.st.Serial++
+}
+
 func newFakeLab(t testing.TB) *fakeLab {
 	top := quickstart(t)
 	return &fakeLab{top: top, st: applied(t, top, 1)}
