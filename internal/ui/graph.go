@@ -1,0 +1,254 @@
+package ui
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"time"
+
+	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/handlers"
+	"zyvor.dev/sysbox/internal/states"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// Element kinds.
+const (
+	KindNode     = "node"
+	KindNetwork  = "network"
+	KindFirewall = "firewall"
+	KindRouter   = "router"
+	KindOther    = "other"
+)
+
+// Differences between desired (configuration) and recorded (state) elements.
+const (
+	DiffConfigOnly = "config-only" // declared but not in state (not applied yet)
+	DiffStateOnly  = "state-only"  // in state but no longer declared (destroy pending)
+	DiffDrifted    = "drifted"     // a refresh found the object different from its record
+)
+
+// Graph is the topology as the page and /api/graph see it.
+type Graph struct {
+	Lineage  string    `json:"lineage,omitempty"`
+	Serial   uint64    `json:"serial"`
+	Error    string    `json:"error,omitempty"` // why configuration or state could not be read
+	Elements []Element `json:"elements"`
+	Edges    []Edge    `json:"edges"`
+}
+
+// Element is one resource instance.
+type Element struct {
+	Address     string     `json:"address"`
+	Kind        string     `json:"kind"`
+	Type        string     `json:"type"`
+	Module      string     `json:"module,omitempty"`
+	Driver      string     `json:"driver,omitempty"`
+	Observation string     `json:"observation"`
+	Reason      string     `json:"reason,omitempty"`
+	ObservedAt  *time.Time `json:"observed_at,omitempty"`
+	ExternalID  string     `json:"external_id,omitempty"`
+	Generation  uint64     `json:"generation,omitempty"`
+	InConfig    bool       `json:"in_config"`
+	InState     bool       `json:"in_state"`
+	Diff        string     `json:"diff,omitempty"`
+	// Node is the node a firewall or router is installed on.
+	Node string `json:"node,omitempty"`
+	// Attributes are the state's public attributes (handlers keep secrets out of state).
+	Attributes json.RawMessage `json:"attributes,omitempty"`
+	// Private envelopes are reduced to what they are, as in `state show`: never their data.
+	Private *Opaque `json:"private,omitempty"`
+}
+
+// Opaque describes a private envelope without its content.
+type Opaque struct {
+	Driver  string `json:"driver"`
+	Version int    `json:"version"`
+	Bytes   int    `json:"bytes"`
+}
+
+// Edge kinds.
+const (
+	EdgeAttachment = "attachment"
+	EdgeDependency = "dependency"
+)
+
+// Edge connects two elements by address.
+type Edge struct {
+	ID     string   `json:"id"`
+	Kind   string   `json:"kind"`
+	Source string   `json:"source"`
+	Target string   `json:"target"`
+	Label  string   `json:"label,omitempty"`
+	Name   string   `json:"name,omitempty"` // attachment name
+	IPv4   []string `json:"ipv4,omitempty"`
+}
+
+func kindOf(typ string) string {
+	switch typ {
+	case "sysbox_node":
+		return KindNode
+	case "sysbox_network":
+		return KindNetwork
+	case "sysbox_firewall":
+		return KindFirewall
+	case "sysbox_router":
+		return KindRouter
+	}
+	return KindOther
+}
+
+// Build joins the evaluated configuration (top, may be nil) and the state (st, may be nil)
+// into a graph. Pure: no I/O. Recorded attachments win over configured ones, since they say
+// what is wired.
+func Build(top *config.Topology, st *states.State) *Graph {
+	g := &Graph{Elements: []Element{}, Edges: []Edge{}}
+	byAddr := map[string]*Element{}
+	var order []string
+	get := func(a addrs.Instance) *Element {
+		k := a.String()
+		if e, ok := byAddr[k]; ok {
+			return e
+		}
+		e := &Element{Address: k, Kind: kindOf(a.Resource.Type), Type: a.Resource.Type, Module: a.Module.String()}
+		byAddr[k] = e
+		order = append(order, k)
+		return e
+	}
+	cfgAttach := map[string][]attach{}
+	deps := map[string][]string{}
+	if top != nil {
+		for _, r := range top.Resources {
+			e := get(r.Addr)
+			e.InConfig = true
+			switch c := r.Config.(type) {
+			case handlers.NodeConfig:
+				e.Driver = c.Driver
+				for name, at := range c.Attachments {
+					cfgAttach[e.Address] = append(cfgAttach[e.Address], attach{name, at.Network, at.IPv4})
+				}
+			case handlers.NetworkConfig:
+				e.Driver = c.Driver
+			case handlers.FirewallConfig:
+				e.Driver, e.Node = c.Driver, c.Node
+			case handlers.RouterConfig:
+				e.Driver, e.Node = c.Driver, c.Node
+			}
+			for _, d := range r.DependsOn {
+				deps[e.Address] = append(deps[e.Address], d.String())
+			}
+		}
+	}
+	stAttach := map[string][]attach{}
+	if st != nil {
+		g.Lineage, g.Serial = st.Lineage, st.Serial
+		for _, r := range st.Resources {
+			e := get(r.Addr)
+			e.InState = true
+			if r.Driver != "" {
+				e.Driver = r.Driver
+			}
+			e.ExternalID = r.ExternalID
+			e.Generation = r.Owner.Generation
+			e.Observation = string(r.Observation.Status)
+			e.Reason = r.Observation.Reason
+			if !r.Observation.At.IsZero() {
+				at := r.Observation.At.UTC()
+				e.ObservedAt = &at
+			}
+			if len(r.Attributes) > 0 {
+				e.Attributes = append(json.RawMessage(nil), r.Attributes...)
+			}
+			if r.Private != nil {
+				e.Private = &Opaque{Driver: r.Private.Driver, Version: r.Private.Version, Bytes: len(r.Private.Data)}
+			}
+			if e.Node == "" {
+				e.Node = nodeOf(r.Attributes)
+			}
+			if !e.InConfig {
+				for _, d := range r.Dependencies {
+					deps[e.Address] = append(deps[e.Address], d.String())
+				}
+			}
+			for _, a := range r.Attachments {
+				stAttach[e.Address] = append(stAttach[e.Address], attach{a.Name, networkOf(cfgAttach[e.Address], a.Name), a.IPv4})
+			}
+		}
+	}
+	sort.Strings(order)
+	for _, k := range order {
+		e := byAddr[k]
+		switch {
+		case !e.InState:
+			e.Observation, e.Diff = string(substrate.Absent), DiffConfigOnly
+		case !e.InConfig:
+			e.Diff = DiffStateOnly
+		case e.Observation == string(substrate.Drifted):
+			e.Diff = DiffDrifted
+		}
+		if e.Observation == "" {
+			e.Observation = string(substrate.Unknown)
+		}
+		g.Elements = append(g.Elements, *e)
+	}
+	for _, k := range order {
+		ats := stAttach[k]
+		if len(ats) == 0 {
+			ats = cfgAttach[k]
+		}
+		sort.Slice(ats, func(i, j int) bool { return ats[i].name < ats[j].name })
+		linked := map[string]bool{}
+		for _, a := range ats {
+			if a.network == "" || byAddr[a.network] == nil {
+				continue
+			}
+			linked[a.network] = true
+			label := a.name
+			if len(a.ipv4) > 0 {
+				label += " " + strings.Join(a.ipv4, ",")
+			}
+			g.Edges = append(g.Edges, Edge{ID: "att:" + k + ":" + a.name, Kind: EdgeAttachment, Source: k, Target: a.network,
+				Label: label, Name: a.name, IPv4: a.ipv4})
+		}
+		ds := deps[k]
+		sort.Strings(ds)
+		for i, d := range ds {
+			// A node's attachment already draws its network dependency; a repeated or
+			// dangling dependency adds nothing.
+			if linked[d] || byAddr[d] == nil || (i > 0 && ds[i-1] == d) {
+				continue
+			}
+			g.Edges = append(g.Edges, Edge{ID: "dep:" + k + ":" + d, Kind: EdgeDependency, Source: k, Target: d})
+		}
+	}
+	return g
+}
+
+// attach is one node attachment: its name, its network's address and its addresses.
+type attach struct {
+	name, network string
+	ipv4          []string
+}
+
+// networkOf finds the configured network of attachment name (state records only the name).
+func networkOf(cfg []attach, name string) string {
+	for _, a := range cfg {
+		if a.name == name {
+			return a.network
+		}
+	}
+	return ""
+}
+
+// nodeOf reads a policy's node address from its recorded attributes, for elements that are
+// only in state.
+func nodeOf(attrs json.RawMessage) string {
+	var v struct {
+		Node string `json:"node"`
+	}
+	if len(attrs) == 0 || json.Unmarshal(attrs, &v) != nil {
+		return ""
+	}
+	return v.Node
+}

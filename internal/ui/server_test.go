@@ -1,0 +1,226 @@
+package ui
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/states"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// fakeLab is an in-memory state the test changes between polls.
+type fakeLab struct {
+	mu  sync.Mutex
+	top *config.Topology
+	st  *states.State
+	err error
+}
+
+func (f *fakeLab) load(context.Context) (*Graph, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	return Build(f.top, f.st), nil
+}
+
+// reset bumps the generation of addr as `sysbox reset` does.
+func (f *fakeLab) reset(t testing.TB, addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := *f.st.Resource(mustAddr(t, addr))
+	r.Owner.Generation++
+	r.ExternalID += "-r"
+	f.st.Set(&r)
+	f.st.Serial++
+}
+
+// observe records a refresh's observation of addr.
+func (f *fakeLab) observe(t testing.TB, addr string, status substrate.Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := *f.st.Resource(mustAddr(t, addr))
+	r.Observation = states.Observation{Status: status, Reason: "process gone", At: r.Observation.At}
+	f.st.Set(&r)
+	f.st.Serial++
+}
+
+func newFakeLab(t testing.TB) *fakeLab {
+	top := quickstart(t)
+	return &fakeLab{top: top, st: applied(t, top, 1)}
+}
+
+type sseEvent struct{ id, name, data string }
+
+// readEvent reads the next event (comments skipped).
+func readEvent(t testing.TB, r *bufio.Reader) sseEvent {
+	t.Helper()
+	var ev sseEvent
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read event: %v (so far %+v)", err, ev)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "" && ev.id != "":
+			return ev
+		case strings.HasPrefix(line, "id: "):
+			ev.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			ev.name = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			ev.data = line[6:]
+		}
+	}
+}
+
+func openEvents(t testing.TB, ctx context.Context, url, lastID string) *bufio.Reader {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET /events: got %s %q, want 200 text/event-stream", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	return bufio.NewReader(resp.Body)
+}
+
+func generationIn(t testing.TB, data, addr string) uint64 {
+	t.Helper()
+	var g Graph
+	if err := json.Unmarshal([]byte(data), &g); err != nil {
+		t.Fatalf("event data: %v", err)
+	}
+	return element(t, &g, addr).Generation
+}
+
+func TestGraphEndpoint(t *testing.T) {
+	lab := newFakeLab(t)
+	ts := httptest.NewServer(NewServer(lab.load).Handler())
+	defer ts.Close()
+	resp, err := http.Get(ts.URL + "/api/graph")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("X-Sysbox-Event-Id") != "1" {
+		t.Fatalf("GET /api/graph: got %s %q event %q, want 200 application/json event 1", resp.Status,
+			resp.Header.Get("Content-Type"), resp.Header.Get("X-Sysbox-Event-Id"))
+	}
+	var g Graph
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatalf("GET /api/graph: %v: %s", err, b)
+	}
+	if e := element(t, &g, "sysbox_node.router"); e.Observation != string(substrate.Present) || e.Generation != 1 {
+		t.Errorf("router: got %+v, want present generation 1", e)
+	}
+	if strings.Contains(string(b), "PRIVATE-") {
+		t.Errorf("/api/graph carries private envelope content: %s", b)
+	}
+}
+
+func TestEventsStreamChangesAndResume(t *testing.T) {
+	lab := newFakeLab(t)
+	s := NewServer(lab.load)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	r := openEvents(t, ctx, ts.URL, "")
+	ev := readEvent(t, r)
+	if ev.id != "1" || ev.name != "graph" || generationIn(t, ev.data, "sysbox_node.server") != 1 {
+		t.Fatalf("first event: got id %q name %q, want 1 graph with generation 1", ev.id, ev.name)
+	}
+	// An unchanged graph is no event.
+	if err := s.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lab.reset(t, "sysbox_node.server")
+	if err := s.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ev = readEvent(t, r)
+	if ev.id != "2" || generationIn(t, ev.data, "sysbox_node.server") != 2 {
+		t.Fatalf("after reset: got id %q, want 2 with generation 2", ev.id)
+	}
+	if strings.Contains(ev.data, "PRIVATE-") {
+		t.Errorf("event carries private envelope content")
+	}
+
+	// A client that saw event 2 resumes without a repeat: its first event is the next change.
+	r2 := openEvents(t, ctx, ts.URL, "2")
+	lab.reset(t, "sysbox_node.client")
+	if err := s.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := readEvent(t, r2); ev.id != "3" || generationIn(t, ev.data, "sysbox_node.client") != 2 {
+		t.Fatalf("resume from 2: got first id %q, want 3 with client generation 2", ev.id)
+	}
+	// A client that missed events gets the latest graph at once.
+	r3 := openEvents(t, ctx, ts.URL, "1")
+	if ev := readEvent(t, r3); ev.id != "3" || generationIn(t, ev.data, "sysbox_node.server") != 2 {
+		t.Fatalf("resume from 1: got id %q, want 3 with server generation 2", ev.id)
+	}
+}
+
+func TestLoadErrorIsPublished(t *testing.T) {
+	lab := newFakeLab(t)
+	lab.err = errors.New("read state: local backend: /x/state: checksum mismatch")
+	s := NewServer(lab.load)
+	if err := s.Poll(context.Background()); err == nil {
+		t.Fatal("Poll: got nil error, want the load error")
+	}
+	_, body, _ := s.current()
+	var g Graph
+	if err := json.Unmarshal(body, &g); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(g.Error, "checksum mismatch") || len(g.Elements) != 0 {
+		t.Errorf("got error %q with %d elements, want the load error and none", g.Error, len(g.Elements))
+	}
+}
+
+func TestHandlerRefuses(t *testing.T) {
+	h := NewServer(newFakeLab(t).load).Handler()
+	for _, tc := range []struct {
+		name, method, host, path string
+		want                     int
+	}{
+		{"foreign host", "GET", "lab.example.com", "/api/graph", http.StatusForbidden},
+		{"post", "POST", "127.0.0.1:8081", "/api/graph", http.StatusMethodNotAllowed},
+		{"unknown path", "GET", "127.0.0.1:8081", "/api/state", http.StatusNotFound},
+		{"page", "GET", "localhost:8081", "/", http.StatusOK},
+		{"library", "GET", "[::1]:8081", "/assets/cytoscape.min.js", http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(tc.method, "http://"+tc.host+tc.path, nil)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Errorf("%s %s (Host %s): got %d, want %d", tc.method, tc.path, tc.host, rec.Code, tc.want)
+			}
+		})
+	}
+}
