@@ -3,12 +3,16 @@ package durable
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/internal/testenv"
 )
@@ -184,4 +188,68 @@ func TestReadFileIfExists(t *testing.T) {
 	if data, ok, err := ReadFileIfExists(link); !ok || err != nil || string(data) != "x" {
 		t.Fatalf("symlink to a file: got %q ok=%v err=%v", data, ok, err)
 	}
+}
+
+// A SIGKILLed holder's flock can outlive it for a moment in a child that was between fork and
+// exec when the kill landed (its copy of the descriptor closes at exec). Lock waits for that
+// when the recorded holder is dead, and only then: a live holder is reported at once, and a dead
+// holder's lock that is never released is still refused after the grace.
+func TestLockWaitsOutADeadHoldersInheritedDescriptor(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPID := dead.Process.Pid
+	defer func(g time.Duration) { deadHolderGrace = g }(deadHolderGrace)
+	deadHolderGrace = 5 * time.Second
+
+	// hold takes the flock through a separate open file description (the "child's copy") and
+	// records holder as the lock's owner.
+	hold := func(t *testing.T, p, holder string) *os.File {
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte(holder+"\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	t.Run("dead holder, released later", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "lock")
+		f := hold(t, p, fmt.Sprintf("pid %d (sysbox reset) since 2026-12-01T00:00:00Z", deadPID))
+		released := make(chan struct{})
+		go func() { time.Sleep(300 * time.Millisecond); f.Close(); close(released) }()
+		l, err := Lock(p)
+		if err != nil {
+			t.Fatalf("got %v, want the lock once the inherited descriptor closed", err)
+		}
+		select {
+		case <-released:
+		default:
+			t.Fatal("Lock succeeded while the descriptor still held the flock")
+		}
+		l.Unlock()
+	})
+	t.Run("live holder", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "lock")
+		f := hold(t, p, "pid 1 (init) since 2026-12-01T00:00:00Z")
+		defer f.Close()
+		if _, err := Lock(p); !errors.Is(err, ErrLocked) {
+			t.Fatalf("got %v, want ErrLocked", err)
+		}
+	})
+	t.Run("dead holder, never released", func(t *testing.T) {
+		deadHolderGrace = 100 * time.Millisecond
+		p := filepath.Join(t.TempDir(), "lock")
+		f := hold(t, p, fmt.Sprintf("pid %d (sysbox reset) since 2026-12-01T00:00:00Z", deadPID))
+		defer f.Close()
+		if _, err := Lock(p); !errors.Is(err, ErrLocked) {
+			t.Fatalf("got %v, want ErrLocked after the grace", err)
+		}
+	})
 }

@@ -43,7 +43,7 @@ func Lock(path string) (*FileLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flockHeld(f); err != nil {
 		holder := readHolder(f)
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
@@ -54,6 +54,47 @@ func Lock(path string) (*FileLock, error) {
 	l := &FileLock{f: f, path: path}
 	l.writeHolder()
 	return l, nil
+}
+
+// deadHolderGrace bounds how long Lock waits for a lock whose recorded holder has died.
+var deadHolderGrace = 10 * time.Second
+
+// flockHeld takes the flock without blocking. When it is held but the process that recorded
+// itself as holder no longer exists (SIGKILLed and reaped), the only other owner of that open
+// file description is a child the holder forked and that has not yet reached exec, where the
+// close-on-exec descriptor goes away: wait for that, briefly, instead of reporting a lock
+// nobody really holds. A live holder, or one still holding after the grace, is EWOULDBLOCK.
+func flockHeld(f *os.File) error {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if !errors.Is(err, unix.EWOULDBLOCK) || !holderDead(readHolder(f)) {
+		return err
+	}
+	deadline := time.Now().Add(deadHolderGrace)
+	for delay := 5 * time.Millisecond; time.Now().Before(deadline); {
+		time.Sleep(delay)
+		if err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+			return err
+		}
+		if delay < 200*time.Millisecond {
+			delay *= 2
+		}
+	}
+	return err
+}
+
+// holderDead reports whether the holder record names a pid that no longer exists here. An
+// unreadable or foreign record is not proof of death.
+func holderDead(holder string) bool {
+	rest, ok := strings.CutPrefix(holder, "pid ")
+	if !ok {
+		return false
+	}
+	n, _, _ := strings.Cut(rest, " ")
+	pid, err := strconv.Atoi(n)
+	if err != nil || pid <= 0 || pid == os.Getpid() {
+		return false
+	}
+	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
 }
 
 // LockWait retries Lock until it succeeds, ctx ends (the last LockedError is returned), or
