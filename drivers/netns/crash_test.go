@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -145,4 +146,56 @@ func TestKernelStartAdoptsUnrecordedMainProcess(t *testing.T) {
 		t.Errorf("processes in the namespace: got %d, want 1", got)
 	}
 	l.destroy([]*testNode{n})
+}
+
+// TestKernelDeleteKilledAfterUnmount: a delete killed between unmounting the namespace and
+// removing its mount point leaves an empty regular file next to the node's sidecar. A re-run
+// (recovery) must finish the delete — stop, delete, observe absent, no residue — and a file
+// that a foreign sidecar claims must still be refused.
+func TestKernelDeleteKilledAfterUnmount(t *testing.T) {
+	l := newLab(t)
+	ctx := context.Background()
+	n := l.node("sysbox_node.a", []string{"sleep", "1000"})
+	path := l.d.nsPath(n.h.ExternalID)
+	if err := l.d.StopNode(ctx, n.h, n.owner); err != nil {
+		t.Fatal(err)
+	}
+	// What DeleteNode has done when the kill comes: processes gone, namespace unmounted.
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		t.Fatalf("after unmount %s: %v %v, want an empty regular file", path, fi, err)
+	}
+
+	foreign := n.owner
+	foreign.Generation++
+	if err := l.d.DeleteNode(ctx, n.h, foreign); !errors.Is(err, driver.ErrNotOwned) {
+		t.Errorf("DeleteNode by another generation: got %v, want ErrNotOwned", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the refused delete removed %s: %v", path, err)
+	}
+
+	if err := l.d.StopNode(ctx, n.h, n.owner); err != nil {
+		t.Errorf("StopNode after the interrupted delete: %v", err)
+	}
+	if err := l.d.DeleteNode(ctx, n.h, n.owner); err != nil {
+		t.Fatalf("DeleteNode after the interrupted delete: %v", err)
+	}
+	if err := l.d.DeleteNode(ctx, n.h, n.owner); err != nil {
+		t.Errorf("second DeleteNode: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after delete: %v, want it gone", path, err)
+	}
+	if _, err := l.d.readSidecar(n.h.ExternalID); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sidecar after delete: %v, want it gone", err)
+	}
+	if obs, _ := l.d.ObserveNode(ctx, n.h, n.owner); obs.Status != substrate.Absent {
+		t.Errorf("ObserveNode after delete: got %s (%s), want absent", obs.Status, obs.Reason)
+	}
+	if objs := l.residue(); len(objs) != 0 {
+		t.Errorf("residue: got %+v, want none", objs)
+	}
 }

@@ -138,6 +138,12 @@ func (d *Driver) NodeNetns(ctx context.Context, h substrate.Handle) (linuxnet.Ne
 		// Unreadable is not gone: callers that treat NotFound as done (stop, delete policy)
 		// must not report success for a namespace they cannot see.
 		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrUnavailable, err)
+	} else if mounted, err := netnsMount(path); err != nil {
+		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrUnavailable, err)
+	} else if !mounted {
+		// A file but no namespace (a delete killed between unmount and unlink, or a create
+		// killed before the mount): nothing to enter. DeleteNode decides whose file it is.
+		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: no namespace is mounted at %s", h.ExternalID, driver.ErrNotFound, path)
 	} else if p.NsInode != 0 && ino != p.NsInode {
 		return linuxnet.Netns{}, fmt.Errorf("node %s: namespace was replaced (inode %d, recorded %d): %w", h.ExternalID, ino, p.NsInode, driver.ErrNotOwned)
 	}
@@ -343,7 +349,16 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 		return nil
 	}
 	if !isNetnsMount(path) {
-		return fmt.Errorf("%s: %s is not a mounted namespace: %w", where, path, driver.ErrNotOwned)
+		if !d.ownMountPoint(p.Netns, owner) {
+			return fmt.Errorf("%s: %s is not a mounted namespace: %w", where, path, driver.ErrNotOwned)
+		}
+		// Our own mount point, already unmounted by a delete killed before it removed the file
+		// (or never mounted by a killed create): finish the delete.
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		d.removeFiles(p.Netns)
+		return nil
 	}
 	if !(d.pendingFor(p.Netns, owner) && unmarked(d.ns(p.Netns))) {
 		if err := checkNsOwned(d.ns(p.Netns), owner); err != nil {
@@ -389,6 +404,18 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	}
 	d.removeFiles(p.Netns)
 	return nil
+}
+
+// ownMountPoint reports whether name's path is an empty regular file (an unmounted or
+// never-mounted bind-mount target) that owner's sidecar claims. The sidecar is written before
+// the mount and removed only after the file, so it outlives both crash windows.
+func (d *Driver) ownMountPoint(name string, owner substrate.Owner) bool {
+	fi, err := os.Lstat(d.nsPath(name))
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		return false
+	}
+	sc, err := d.readSidecar(name)
+	return err == nil && sc.Netns == name && sc.Marker == owner.Marker()
 }
 
 func (d *Driver) removeFiles(name string) {

@@ -190,7 +190,8 @@ func (l *loader) load(dir string, root bool, stack []string, callRange hcl.Range
 		Resources: map[string]*Resource{}, Outputs: map[string]*Output{}}
 	var files []string
 	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), FileSuffix) {
+		// A directory or FIFO with the suffix is reported by ReadInput, not silently skipped.
+		if strings.HasSuffix(e.Name(), FileSuffix) {
 			files = append(files, filepath.Join(dir, e.Name()))
 		}
 	}
@@ -235,7 +236,7 @@ func parseFiles(files []string) []parsedFile {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				b, err := os.ReadFile(files[i])
+				b, err := ReadInput(files[i], MaxInputFile)
 				if err != nil {
 					out[i].err = err
 					continue

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -51,7 +50,7 @@ func ParseVarFlag(s string) (string, InputValue, error) {
 // LoadVarFile reads an HCL file of NAME = VALUE attributes (`*.sysbox.vars.hcl`). Values may use
 // the standard functions but no references.
 func LoadVarFile(path string) (map[string]InputValue, []byte, hcl.Diagnostics) {
-	b, err := os.ReadFile(path)
+	b, err := ReadInput(path, MaxInputFile)
 	if err != nil {
 		return nil, nil, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Cannot read variables file", Detail: err.Error()}}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"zyvor.dev/sysbox/internal/addrs"
@@ -384,10 +383,12 @@ func (r *run) createNode(ctx context.Context, op *OpState) error {
 	if err != nil {
 		return err
 	}
+	interrupted := provisionInterrupted(op) // before re-wiring can rewrite the step
 	if err := r.adoptRecorded(ctx, op, nodes); err != nil {
 		return err
 	}
 	if op.Handle == nil {
+		interrupted = false // a new object: its provisioners never ran
 		spec, err := r.nodeSpec(ctx, op, true)
 		if err != nil {
 			return err
@@ -408,46 +409,10 @@ func (r *run) createNode(ctx context.Context, op *OpState) error {
 	if err != nil {
 		return r.keepFailed(ctx, op, err)
 	}
-	if err := r.provision(ctx, op); err != nil {
+	if err := r.provision(ctx, op, interrupted); err != nil {
 		return r.keepFailed(ctx, op, err)
 	}
 	return r.save(ctx, op, obs)
-}
-
-// provision runs the node's provisioners through guest execution, once per generation.
-func (r *run) provision(ctx context.Context, op *OpState) error {
-	ps := op.Action.Node.Provisioners
-	if len(ps) == 0 || op.Step.atLeast(StepProvisioned) {
-		return nil
-	}
-	g, err := driver.Get[driver.GuestExec](r.e.Registry, op.Action.Driver, driver.CapGuestExec)
-	if err != nil {
-		return err
-	}
-	for i, argv := range ps {
-		plain := make([]string, len(argv))
-		for j, arg := range argv {
-			if !strings.Contains(arg, "secret://") {
-				plain[j] = arg
-				continue
-			}
-			if r.e.Resolve == nil {
-				return fmt.Errorf("provisioner %d: argument %d holds a secret reference but no resolver is configured", i+1, j+1)
-			}
-			if plain[j], err = r.e.Resolve(ctx, arg); err != nil {
-				return fmt.Errorf("provisioner %d: argument %d: %w", i+1, j+1, err)
-			}
-		}
-		res, err := g.Exec(ctx, *op.Handle, substrate.ExecRequest{Argv: plain})
-		if err != nil {
-			return fmt.Errorf("provisioner %d: %w", i+1, err)
-		}
-		if res.ExitCode != 0 {
-			// The command line may hold plaintext: name the provisioner by position only.
-			return fmt.Errorf("provisioner %d: exit code %d", i+1, res.ExitCode)
-		}
-	}
-	return r.ck(op, StepProvisioned)
 }
 
 // keepFailed records a node that exists but failed to come up in state as degraded, so that

@@ -165,6 +165,7 @@ func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 		}
 	}
 	if !op.Step.atLeast(StepStateSaved) {
+		interrupted := provisionInterrupted(op) // before re-wiring can rewrite the step
 		if err := r.adoptRecorded(ctx, op, nodes); err != nil {
 			return err
 		}
@@ -176,6 +177,7 @@ func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 			if err != nil {
 				return err
 			}
+			interrupted = false // a new generation: its provisioners never ran
 			h, err := rs.NewGeneration(ctx, p.Handle, p.Owner, spec)
 			if err != nil {
 				return fmt.Errorf("new generation: %w", err)
@@ -197,7 +199,7 @@ func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 				return err
 			}
 		}
-		if err := r.provision(ctx, op); err != nil {
+		if err := r.provision(ctx, op, interrupted); err != nil {
 			return err
 		}
 		if err := r.reapplyPolicies(ctx, op); err != nil {

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"regexp"
 	"sort"
 	"strings"
 
+	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/durable"
 )
 
@@ -31,10 +31,13 @@ func WriteFile(path string, p *Plan) error {
 	return nil
 }
 
+// MaxPlanFile bounds a stored plan file (plans of thousands of resources stay far below it).
+const MaxPlanFile = 256 << 20
+
 // ReadFile loads a stored plan. A file of a newer format is an error wrapping
 // durable.ErrUnknownVersion; a damaged one wraps durable.ErrCorrupt.
 func ReadFile(path string) (*Plan, error) {
-	b, err := os.ReadFile(path)
+	b, err := config.ReadInput(path, MaxPlanFile)
 	if err != nil {
 		return nil, fmt.Errorf("read plan: %w", err)
 	}

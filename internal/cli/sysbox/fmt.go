@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"zyvor.dev/sysbox/internal/config"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -37,7 +38,7 @@ lists the files that are not formatted and exits 1 if there are any.`,
 			var unformatted []string
 			var diags hcl.Diagnostics
 			for _, f := range files {
-				src, err := os.ReadFile(f)
+				src, err := config.ReadInput(f, config.MaxInputFile)
 				if err != nil {
 					return err
 				}

@@ -1,0 +1,47 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/handlers"
+)
+
+// FuzzLoadEvaluate feeds one topology file through the whole decoder (HCL parse, block
+// decoding, evaluation with the built-in schemas). No input may panic or hang; a rejected
+// input must come with at least one error diagnostic, never a nil module without a reason.
+// Seeds: every example topology and every diagnostics golden input.
+func FuzzLoadEvaluate(f *testing.F) {
+	seeds, _ := filepath.Glob("../../examples/*/*.sysbox.hcl")
+	more, _ := filepath.Glob("testdata/diags/*/*.hcl")
+	for _, p := range append(seeds, more...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	if len(seeds)+len(more) < 5 {
+		f.Fatalf("only %d seed files found", len(seeds)+len(more))
+	}
+	schemas := handlers.Builtin()
+	f.Fuzz(func(t *testing.T, src []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), src, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		m, sources, diags := config.Load(dir)
+		if m == nil {
+			if !diags.HasErrors() {
+				t.Fatalf("no module and no error diagnostic: %v", diags)
+			}
+			return
+		}
+		top, d := config.Evaluate(m, sources, config.Options{Schemas: schemas, ValidateOnly: true})
+		if top == nil && !d.HasErrors() {
+			t.Fatalf("no topology and no error diagnostic: %v", d)
+		}
+	})
+}
