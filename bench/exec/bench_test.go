@@ -80,7 +80,7 @@ func newEnv(b *testing.B) *env {
 	}
 	mgr := backend.NewManager(be, backend.Options{})
 	return &env{dir: dir, fake: d, mgr: mgr, reg: reg,
-		ex: &exec.Executor{Registry: reg, State: mgr.Store(), Dir: filepath.Join(dir, ".sysbox"), Parallelism: exec.DefaultParallelism}}
+		ex: &exec.Executor{Resources: handlers.Builtin(), Registry: reg, State: mgr.Store(), Dir: filepath.Join(dir, ".sysbox"), Parallelism: exec.DefaultParallelism}}
 }
 
 // plan reads the state, evaluates the topology and plans it, as `sysbox plan` does.
@@ -108,7 +108,9 @@ func (e *env) plan(b *testing.B) *plans.Plan {
 // apply executes p the way `sysbox apply` does (actions converted under the lock).
 func (e *env) apply(b *testing.B, p *plans.Plan) *exec.Result {
 	res, err := e.ex.Apply(context.Background(), &exec.Plan{Fingerprint: p.Fingerprint.ActionsDigest,
-		Prepare: func(ctx context.Context, st *states.State) ([]exec.Action, error) { return exec.FromPlan(p, st) }})
+		Prepare: func(ctx context.Context, st *states.State) ([]exec.Action, error) {
+			return exec.FromPlan(p, st, handlers.Builtin())
+		}})
 	if err != nil {
 		b.Fatal(err)
 	}

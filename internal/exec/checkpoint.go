@@ -124,7 +124,7 @@ type Log struct {
 
 	syncs   uint64
 	records uint64
-	fp      *failpoint
+	after   func(point string) // Executor.AfterDurable
 }
 
 // Stats reports how many records and fsyncs a log has done (for benchmarks).
@@ -132,7 +132,7 @@ type Stats struct{ Records, Syncs uint64 }
 
 // CreateLog starts a new checkpoint log in dir with h as its first record. An existing log
 // (an interrupted run) is an error: recover first.
-func CreateLog(dir string, h RunHeader) (*Log, error) {
+func CreateLog(dir string, h RunHeader, after func(point string)) (*Log, error) {
 	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -148,7 +148,7 @@ func CreateLog(dir string, h RunHeader) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	l := &Log{path: path, f: f, next: 1, fp: failpointFromEnv()}
+	l := &Log{path: path, f: f, next: 1, after: after}
 	l.cond = sync.NewCond(&l.mu)
 	if err := l.write(record{Type: "run", Header: &h}); err != nil {
 		return nil, err
@@ -158,7 +158,7 @@ func CreateLog(dir string, h RunHeader) (*Log, error) {
 
 // reopenLog continues an interrupted run's log (recovery appends to it, so that a crash during
 // recovery is recoverable too). A torn tail, never acknowledged, is cut off first.
-func reopenLog(it *Interrupted) (*Log, error) {
+func reopenLog(it *Interrupted, after func(point string)) (*Log, error) {
 	f, err := os.OpenFile(it.Path, os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
@@ -177,7 +177,7 @@ func reopenLog(it *Interrupted) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("checkpoint %s: %w", it.Path, err)
 	}
-	l := &Log{path: it.Path, f: f, next: 1, seq: it.lastSeq, fp: failpointFromEnv()}
+	l := &Log{path: it.Path, f: f, next: 1, seq: it.lastSeq, after: after}
 	l.cond = sync.NewCond(&l.mu)
 	return l, nil
 }
@@ -235,8 +235,8 @@ func (l *Log) write(r record) error {
 	}
 	err = l.err
 	l.mu.Unlock()
-	if err == nil {
-		l.fp.hit("checkpoint")
+	if err == nil && l.after != nil {
+		l.after(PointCheckpoint)
 	}
 	return err
 }

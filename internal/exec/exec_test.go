@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"zyvor.dev/sysbox/internal/handlers"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -54,7 +56,7 @@ func newHarnessWith(t *testing.T, dir string, d *fake.Driver) *harness {
 		t.Fatal(err)
 	}
 	store := newFileStore(dir)
-	ex := &Executor{Registry: reg, State: store, Dir: dir, Parallelism: 4,
+	ex := &Executor{Registry: reg, State: store, Dir: dir, Parallelism: 4, Resources: handlers.Builtin(),
 		Resolve: func(ctx context.Context, s string) (string, error) {
 			if s == "secret://env/WEB_TOKEN" {
 				return secretValue, nil
@@ -96,8 +98,8 @@ func checkAgree(t *testing.T, st *states.State, d *fake.Driver) {
 	refs := map[string]bool{}
 	nodes, nets, pols := 0, 0, 0
 	for _, r := range st.Resources {
-		switch KindOfType[r.Addr.Resource.Type] {
-		case KindNode:
+		switch kindOf(r.Addr) {
+		case specs.KindNode:
 			nodes++
 			n := w.Nodes[r.ExternalID]
 			if n == nil || n.Marker != r.Owner.Marker() || !n.Running || n.Quiesced {
@@ -116,13 +118,13 @@ func checkAgree(t *testing.T, st *states.State, d *fake.Driver) {
 			if r.Observation.Status != substrate.Present {
 				t.Errorf("%s: observation %s, want present", r.Addr, r.Observation.Status)
 			}
-		case KindNetwork:
+		case specs.KindNetwork:
 			nets++
 			if n := w.Networks[r.ExternalID]; n == nil || n.Marker != r.Owner.Marker() {
 				t.Errorf("%s: network %s missing or foreign", r.Addr, r.ExternalID)
 			}
 			refs[r.ExternalID] = true
-		case KindPolicy:
+		case specs.KindPolicy:
 			pols++
 			if p := w.Policies[r.ExternalID]; p == nil || p.Marker != r.Owner.Marker() {
 				t.Errorf("%s: policy %s missing or foreign", r.Addr, r.ExternalID)
@@ -456,8 +458,8 @@ func TestImportAndExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")},
-		Node: &NodeSpec{Attachments: []Attachment{{Name: "lan", Network: mustAddr("sysbox_network.lan[0]")}}}}, "legacy-7")
+	r, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: specs.KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")},
+		Node: &specs.NodeSpec{Attachments: []specs.Attachment{{Name: "lan", Network: mustAddr("sysbox_network.lan[0]")}}}}, "legacy-7")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +469,7 @@ func TestImportAndExec(t *testing.T) {
 	if r.Observation.Status != substrate.Degraded || !strings.Contains(r.Observation.Reason, "lan") {
 		t.Fatalf("import of a node lacking its configured attachment: observation %+v, want degraded", r.Observation)
 	}
-	if _, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")}}, "legacy-7"); err == nil {
+	if _, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: specs.KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")}}, "legacy-7"); err == nil {
 		t.Fatal("second import to a taken address accepted")
 	}
 	out, err := h.ex.Exec(ctx, mustAddr("sysbox_node.web[0]"), substrate.ExecRequest{Argv: []string{"echo", "hi"}})
@@ -485,7 +487,7 @@ func TestImportAndExec(t *testing.T) {
 
 func TestCheckpointGroupCommit(t *testing.T) {
 	dir := t.TempDir()
-	l, err := CreateLog(dir, RunHeader{Run: "r1", Lineage: "L"})
+	l, err := CreateLog(dir, RunHeader{Run: "r1", Lineage: "L"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +526,7 @@ func TestCheckpointGroupCommit(t *testing.T) {
 func TestReadLogTornTailAndCorruption(t *testing.T) {
 	write := func(t *testing.T, extra func(p string)) (string, *Interrupted, error) {
 		dir := t.TempDir()
-		l, err := CreateLog(dir, RunHeader{Run: "r", Lineage: "L"})
+		l, err := CreateLog(dir, RunHeader{Run: "r", Lineage: "L"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -568,7 +570,7 @@ func TestReadLogTornTailAndCorruption(t *testing.T) {
 	})
 	t.Run("second run refused while one is interrupted", func(t *testing.T) {
 		p, _, _ := write(t, func(string) {})
-		if _, err := CreateLog(filepath.Dir(p), RunHeader{Run: "r2"}); !errors.Is(err, ErrInterrupted) {
+		if _, err := CreateLog(filepath.Dir(p), RunHeader{Run: "r2"}, nil); !errors.Is(err, ErrInterrupted) {
 			t.Fatalf("got %v, want ErrInterrupted", err)
 		}
 	})
@@ -577,7 +579,7 @@ func TestReadLogTornTailAndCorruption(t *testing.T) {
 func TestRecoverRefusesForeignCheckpoint(t *testing.T) {
 	h := newHarness(t)
 	h.mustApply(topology(1, 1, false))
-	l, err := CreateLog(h.dir, RunHeader{Run: "r", Lineage: "another-topology", Fingerprint: "x"})
+	l, err := CreateLog(h.dir, RunHeader{Run: "r", Lineage: "another-topology", Fingerprint: "x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +593,7 @@ func TestRecoverRefusesForeignCheckpoint(t *testing.T) {
 }
 
 func testOp(addr string, step Step) *OpState {
-	return &OpState{Addr: addr, Op: OpCreate, Step: step, Action: Action{Addr: mustAddr(addr), Op: OpCreate, Kind: KindNode}}
+	return &OpState{Addr: addr, Op: OpCreate, Step: step, Action: Action{Addr: mustAddr(addr), Op: OpCreate, Kind: specs.KindNode}}
 }
 
 func TestFailedResetLeavesNothingBehind(t *testing.T) {
@@ -622,7 +624,9 @@ func TestFailedResetLeavesNothingBehind(t *testing.T) {
 func TestDestroyAuditsUsedDriversStrictly(t *testing.T) {
 	destroyWith := func(h *harness, drivers ...string) (*Result, []substrate.Object, error) {
 		return h.ex.Destroy(context.Background(), &Plan{Drivers: drivers,
-			Prepare: func(_ context.Context, st *states.State) ([]Action, error) { return DestroyActions(st) }})
+			Prepare: func(_ context.Context, st *states.State) ([]Action, error) {
+				return DestroyActions(st, handlers.Builtin())
+			}})
 	}
 	for _, tc := range []struct {
 		name        string
@@ -710,7 +714,7 @@ func TestRecoverNeedsItsDrivers(t *testing.T) {
 		t.Fatalf("apply: %v", err)
 	}
 	// A sysbox without the driver the interrupted run used refuses to touch the checkpoint.
-	bare := &Executor{Registry: driver.NewRegistry(), State: h.store, Dir: h.dir}
+	bare := &Executor{Registry: driver.NewRegistry(), State: h.store, Dir: h.dir, Resources: handlers.Builtin()}
 	_, err := bare.Recover(context.Background())
 	var mc *driver.MissingCapabilityError
 	if !errors.As(err, &mc) {
@@ -739,7 +743,7 @@ func TestRecoveryStopsOnForeignMarkers(t *testing.T) {
 	}
 	var node string
 	for _, op := range it.Ops {
-		if op.Handle != nil && op.Action.Kind == KindNode {
+		if op.Handle != nil && op.Action.Kind == specs.KindNode {
 			node = op.Handle.ExternalID
 		}
 	}
@@ -774,7 +778,7 @@ func interruptedWithLostNIC(t *testing.T) *harness {
 	}
 	var node *OpState
 	for _, op := range it.Ops {
-		if op.Action.Kind == KindNode {
+		if op.Action.Kind == specs.KindNode {
 			node = op
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
@@ -36,7 +37,32 @@ type Executor struct {
 	Progress func(Event)
 	// Now returns the current time (UTC); nil means time.Now.
 	Now func() time.Time
+	// AfterDurable, when set, is called with PointCheckpoint right after each checkpoint
+	// record is durable (the run header counts as the first) and with PointState right after
+	// each state save. Crash tests kill the process there; nothing else should set it.
+	AfterDurable func(point string)
+	// Resources knows each resource type's kind (the handler registry); resources found only
+	// in state (destroy, refresh, orphans) are operated by it.
+	Resources Resources
 }
+
+// kindOf returns the kind of addr's resource type ("" when unknown or without Resources).
+func (e *Executor) kindOf(addr addrs.Instance) specs.Kind {
+	if e.Resources == nil {
+		return ""
+	}
+	k, _ := e.Resources.Kind(addr.Resource.Type)
+	return k
+}
+
+// The points AfterDurable reports, listed in FailPoints.
+const (
+	PointCheckpoint = "checkpoint"
+	PointState      = "state"
+)
+
+// FailPoints are the names AfterDurable is called with.
+var FailPoints = []string{PointCheckpoint, PointState}
 
 // Event reports an operation's progress.
 type Event struct {
@@ -179,11 +205,11 @@ func (s *session) close() {
 // requiredCaps lists what an action needs of its driver.
 func requiredCaps(a *Action) []driver.Capability {
 	switch a.Kind {
-	case KindArtifact:
+	case specs.KindArtifact:
 		return []driver.Capability{driver.CapArtifact}
-	case KindNetwork:
+	case specs.KindNetwork:
 		return []driver.Capability{driver.CapManagedNetwork}
-	case KindNode:
+	case specs.KindNode:
 		caps := []driver.Capability{driver.CapNodeLifecycle}
 		if a.Op == OpReset {
 			caps = append(caps, driver.CapReset)
@@ -192,7 +218,7 @@ func requiredCaps(a *Action) []driver.Capability {
 			caps = append(caps, driver.CapNIC)
 		}
 		return caps
-	case KindPolicy:
+	case specs.KindPolicy:
 		return []driver.Capability{driver.CapPolicy}
 	}
 	return nil
@@ -282,7 +308,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 			return res, fmt.Errorf("snapshot before %s: %w", command, err)
 		}
 	}
-	sv := newSaver(e.State, s.st, e.now)
+	sv := newSaver(e.State, s.st, e.now, e.AfterDurable)
 	if s.st.Serial == 0 {
 		// Make the lineage durable before any object carries it in its markers.
 		if err := sv.commit(ctx, func(*states.State) {}); err != nil {
@@ -290,7 +316,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 		}
 	}
 	log, err := CreateLog(e.Dir, RunHeader{Run: newRunID(), Command: command, Lineage: s.st.Lineage,
-		Serial: s.st.Serial, Fingerprint: fingerprint, Started: e.now()})
+		Serial: s.st.Serial, Fingerprint: fingerprint, Started: e.now()}, e.AfterDurable)
 	if err != nil {
 		return res, err
 	}
@@ -397,8 +423,8 @@ func (r *run) begin(a *Action) *OpState {
 // priorObject captures what an operation will remove. Called with the state locked.
 func (r *run) priorObject(st *states.State, a *Action, p *states.Resource) *PriorObject {
 	po := &PriorObject{Owner: p.Owner, Handle: handleOf(p), Attachments: p.Attachments}
-	if a.Kind == KindPolicy {
-		node := policyNode(a, p)
+	if a.Kind == specs.KindPolicy {
+		node := r.e.policyNode(a, p)
 		if n := st.Resource(node); n != nil {
 			h := handleOf(n)
 			po.Node = &h
@@ -409,13 +435,13 @@ func (r *run) priorObject(st *states.State, a *Action, p *states.Resource) *Prio
 
 // policyNode finds the node a policy lives in: the desired spec's, else the one dependency of
 // kind node recorded in state.
-func policyNode(a *Action, p *states.Resource) addrs.Instance {
+func (e *Executor) policyNode(a *Action, p *states.Resource) addrs.Instance {
 	if a.Policy != nil {
 		return a.Policy.Node
 	}
 	if p != nil {
 		for _, d := range p.Dependencies {
-			if KindOfType[d.Resource.Type] == KindNode {
+			if e.kindOf(d) == specs.KindNode {
 				return d
 			}
 		}
@@ -645,7 +671,7 @@ func (r *run) resolveEnv(ctx context.Context, env map[string]string) (map[string
 
 // summary is the public attribute record the executor stores when the handler gave none.
 type summary struct {
-	Kind       Kind                        `json:"kind"`
+	Kind       specs.Kind                  `json:"kind"`
 	Generation uint64                      `json:"generation,omitempty"`
 	Artifact   *substrate.ArtifactIdentity `json:"artifact,omitempty"`
 	Node       string                      `json:"node,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
@@ -56,9 +57,9 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 	p := op.Prior
 	drv := p.Handle.Driver
 	switch a.Kind {
-	case KindArtifact:
+	case specs.KindArtifact:
 		// Nothing external.
-	case KindNetwork:
+	case specs.KindNetwork:
 		nets, err := driver.Get[driver.Networks](r.e.Registry, drv, driver.CapManagedNetwork)
 		if err != nil {
 			return err
@@ -66,11 +67,11 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 		if err := ignoreNotFound(nets.DeleteNetwork(ctx, p.Handle, p.Owner)); err != nil {
 			return fmt.Errorf("delete network %s: %w", p.Handle.ExternalID, err)
 		}
-	case KindNode:
+	case specs.KindNode:
 		if err := r.removeNode(ctx, op, p); err != nil {
 			return err
 		}
-	case KindPolicy:
+	case specs.KindPolicy:
 		if p.Node != nil {
 			pol, err := driver.Get[driver.Policy](r.e.Registry, drv, driver.CapPolicy)
 			if err != nil {
@@ -128,11 +129,11 @@ func (r *run) createPart(ctx context.Context, op *OpState) error {
 	}
 	var err error
 	switch op.Action.Kind {
-	case KindArtifact:
+	case specs.KindArtifact:
 		err = r.createArtifact(ctx, op)
-	case KindNetwork:
+	case specs.KindNetwork:
 		err = r.createNetwork(ctx, op)
-	case KindNode:
+	case specs.KindNode:
 		if op.Op == OpReset {
 			err = r.resetNode(ctx, op)
 		} else if op.Op == OpUpdate {
@@ -140,7 +141,7 @@ func (r *run) createPart(ctx context.Context, op *OpState) error {
 		} else {
 			err = r.createNode(ctx, op)
 		}
-	case KindPolicy:
+	case specs.KindPolicy:
 		err = r.createPolicy(ctx, op)
 	default:
 		err = fmt.Errorf("unknown kind %q", op.Action.Kind)
@@ -244,7 +245,7 @@ func (r *run) nodeSpec(ctx context.Context, op *OpState, withEnv bool) (substrat
 }
 
 // networkHandle looks up an attachment's network in the working state.
-func (r *run) networkHandle(at Attachment) (substrate.Handle, error) {
+func (r *run) networkHandle(at specs.Attachment) (substrate.Handle, error) {
 	var h substrate.Handle
 	var ok bool
 	r.sv.view(func(st *states.State) {

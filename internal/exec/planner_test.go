@@ -50,7 +50,7 @@ func TestLabSmallThroughThePlanner(t *testing.T) {
 		if err != nil {
 			t.Fatalf("plan: %v", err)
 		}
-		acts, err := FromPlan(p, st)
+		acts, err := FromPlan(p, st, handlers.Builtin())
 		if err != nil {
 			t.Fatalf("from plan: %v", err)
 		}
@@ -113,7 +113,7 @@ func TestLabSmallThroughThePlanner(t *testing.T) {
 // TestFromPlanRejectsUnknownKinds keeps the executor from guessing behaviour from a type name.
 func TestFromPlanRejectsUnknownKinds(t *testing.T) {
 	p := &plans.Plan{Actions: []plans.ResourceAction{{Address: addrs.MustParseInstance("sysbox_vpn.x"), Action: plans.Create, Type: "sysbox_vpn"}}}
-	if _, err := FromPlan(p, nil); err == nil {
+	if _, err := FromPlan(p, nil, handlers.Builtin()); err == nil {
 		t.Fatal("unknown resource type accepted")
 	}
 }

@@ -108,11 +108,11 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 		return rep, fmt.Errorf("recovery needs drivers this sysbox does not provide; the checkpoint is kept: %w", err)
 	}
 	// Steps 2–5: continue every unfinished operation from its checkpointed step.
-	log, err := reopenLog(it)
+	log, err := reopenLog(it, e.AfterDurable)
 	if err != nil {
 		return rep, err
 	}
-	r := &run{e: e, log: log, sv: newSaver(e.State, s.st, e.now), lineage: h.Lineage, fingerprint: h.Fingerprint, recovering: true}
+	r := &run{e: e, log: log, sv: newSaver(e.State, s.st, e.now, e.AfterDurable), lineage: h.Lineage, fingerprint: h.Fingerprint, recovering: true}
 	actions := make([]Action, len(it.Ops))
 	ops := make([]*OpState, len(it.Ops))
 	from := make([]Step, len(it.Ops))

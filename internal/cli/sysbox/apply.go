@@ -99,7 +99,7 @@ func (a *App) runApply(ctx context.Context, f *applyFlags, planFile string) erro
 				return nil, fmt.Errorf("apply cancelled; nothing was changed")
 			}
 		}
-		return exec.FromPlan(p, st)
+		return exec.FromPlan(p, st, rt.l.reg)
 	}
 	res, err := rt.ex.Apply(ctx, xp)
 	a.renderRecovered(res.Recovered)

@@ -68,7 +68,7 @@ func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
 				return nil, fmt.Errorf("destroy cancelled; nothing was changed")
 			}
 		}
-		return exec.FromPlan(p, st)
+		return exec.FromPlan(p, st, rt.l.reg)
 	}
 	res, residue, err := rt.ex.Destroy(ctx, xp)
 	a.renderRecovered(res.Recovered)

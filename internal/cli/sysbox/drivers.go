@@ -32,14 +32,20 @@ const EnvTestFakeWorld = "SYSBOX_TEST_FAKE_WORLD"
 // testDriversEnabled is true only in test builds (fakeworld_sysboxtest.go, the package's tests).
 var testDriversEnabled = false
 
-// builtinDriverNames are the drivers sysbox ships with; the fake stands in for each in test mode.
-var builtinDriverNames = []string{"netns", "nftables", "docker"}
+// builtinDrivers register the drivers sysbox ships with; the registry they fill is the one
+// list of driver names (in test mode the fake stands in under each of them).
+var builtinDrivers = []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register}
 
 // DriverRegistry builds the registry of this process: the built-in drivers, or in test mode
 // (EnvTestFakeWorld set in the environment lookup) the fake under their names. This is the one
 // place that knows the concrete drivers; cmd/sysbox hands it to Env.Drivers.
 func DriverRegistry(lookup func(string) (string, bool)) (*driver.Registry, error) {
 	r := driver.NewRegistry()
+	for _, reg := range builtinDrivers {
+		if err := reg(r); err != nil {
+			return nil, err
+		}
+	}
 	if lookup != nil {
 		if world, ok := lookup(EnvTestFakeWorld); ok && world != "" {
 			if !testDriversEnabled {
@@ -49,20 +55,27 @@ func DriverRegistry(lookup func(string) (string, bool)) (*driver.Registry, error
 			if err != nil {
 				return nil, err
 			}
-			for _, name := range builtinDriverNames {
-				if err := r.Register(d.As(name)); err != nil {
+			standIns := driver.NewRegistry()
+			for _, name := range r.Names() {
+				if err := standIns.Register(d.As(name)); err != nil {
 					return nil, err
 				}
 			}
-			return r, nil
-		}
-	}
-	for _, reg := range []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register} {
-		if err := reg(r); err != nil {
-			return nil, err
+			return standIns, nil
 		}
 	}
 	return r, nil
+}
+
+// nodeDrivers lists the drivers of r that run nodes: the names a sysbox_node may choose.
+func nodeDrivers(r *driver.Registry) []string {
+	var out []string
+	for _, n := range r.Names() {
+		if r.Has(n, driver.CapNodeLifecycle) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // registry returns the registry the executing commands use: Env.Drivers when it yields a
@@ -145,6 +158,11 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 	if par <= 0 {
 		par = l.top.Substrate.Parallelism
 	}
+	afterDurable, err := a.executorFailpoints()
+	if err != nil {
+		be.Close()
+		return nil, err
+	}
 	redactor := &secrets.Redactor{}
 	res := &secrets.EnvResolver{Lookup: a.Env.LookupEnv, Redactor: redactor}
 	rt.ex = &exec.Executor{
@@ -155,7 +173,9 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 		Resolve: func(ctx context.Context, s string) (string, error) {
 			return secrets.ResolveString(ctx, res, s)
 		},
-		Progress: newProgress(a, redactor).event,
+		Progress:     newProgress(a, redactor).event,
+		AfterDurable: afterDurable,
+		Resources:    l.reg,
 	}
 	return rt, nil
 }
@@ -188,7 +208,7 @@ func (rt *runtime) desired(ctx context.Context) ([]exec.Action, *plans.Plan, err
 	if err != nil {
 		return nil, nil, err
 	}
-	acts, err := exec.FromPlan(p, st)
+	acts, err := exec.FromPlan(p, st, rt.l.reg)
 	return acts, p, err
 }
 

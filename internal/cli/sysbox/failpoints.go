@@ -1,0 +1,17 @@
+package sysbox
+
+import (
+	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/exec/failpoint"
+)
+
+// executorFailpoints returns the executor's AfterDurable hook built from SYSBOX_EXEC_FAILPOINT
+// (crash tests: kill the process after the Nth checkpoint record or state save) and
+// SYSBOX_EXEC_FAILPOINT_TRACE; nil when neither is set. An unknown point name is an error.
+func (a *App) executorFailpoints() (func(point string), error) {
+	fp, err := failpoint.FromEnv(a.Env.LookupEnv, exec.FailPoints)
+	if err != nil || fp == nil {
+		return nil, err
+	}
+	return fp.Hit, nil
+}
