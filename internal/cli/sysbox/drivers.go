@@ -128,6 +128,11 @@ type runtime struct {
 // secret resolver is execution-scoped: it reads the environment only when a provider call
 // needs a value.
 func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*runtime, error) {
+	// First, before anything is read or touched: a normal build refuses crash-test failpoints.
+	afterDurable, err := a.executorFailpoints()
+	if err != nil {
+		return nil, err
+	}
 	l, err := a.loadTopology(&f.vars)
 	if err != nil {
 		return nil, err
@@ -157,11 +162,6 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 	par := f.parallelism
 	if par <= 0 {
 		par = l.top.Substrate.Parallelism
-	}
-	afterDurable, err := a.executorFailpoints()
-	if err != nil {
-		be.Close()
-		return nil, err
 	}
 	redactor := &secrets.Redactor{}
 	res := &secrets.EnvResolver{Lookup: a.Env.LookupEnv, Redactor: redactor}
