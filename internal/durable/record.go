@@ -23,18 +23,23 @@ var (
 type envelope struct {
 	Kind    string          `json:"kind"`
 	Version int             `json:"version"`
+	Seq     uint64          `json:"seq,omitempty"` // position in a log, when the writer numbers records
 	SHA256  string          `json:"sha256"`
 	Payload json.RawMessage `json:"payload"`
 }
 
 // EncodeRecord wraps payload in a versioned, checksummed envelope (single-line JSON, no newline).
 func EncodeRecord(kind string, version int, payload any) ([]byte, error) {
+	return encodeEnvelope(kind, version, 0, payload)
+}
+
+func encodeEnvelope(kind string, version int, seq uint64, payload any) ([]byte, error) {
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s record: %w", kind, err)
 	}
 	sum := sha256.Sum256(raw)
-	return json.Marshal(envelope{Kind: kind, Version: version, SHA256: hex.EncodeToString(sum[:]), Payload: raw})
+	return json.Marshal(envelope{Kind: kind, Version: version, Seq: seq, SHA256: hex.EncodeToString(sum[:]), Payload: raw})
 }
 
 // DecodeRecord checks kind, version (1..maxVersion) and checksum, then unmarshals the payload
@@ -55,19 +60,24 @@ func DecodeRecord(data []byte, kind string, maxVersion int, payload any) (int, e
 }
 
 func openRecord(data []byte, kind string, maxVersion int) (int, json.RawMessage, error) {
+	env, err := openEnvelope(data, kind, maxVersion)
+	return env.Version, env.Payload, err
+}
+
+func openEnvelope(data []byte, kind string, maxVersion int) (envelope, error) {
 	var env envelope
 	if err := json.Unmarshal(data, &env); err != nil {
-		return 0, nil, fmt.Errorf("%s record: %w: %v", kind, ErrCorrupt, err)
+		return envelope{}, fmt.Errorf("%s record: %w: %v", kind, ErrCorrupt, err)
 	}
 	if env.Kind != kind {
-		return env.Version, nil, fmt.Errorf("%w: got %q, want %q", ErrWrongKind, env.Kind, kind)
+		return envelope{Version: env.Version}, fmt.Errorf("%w: got %q, want %q", ErrWrongKind, env.Kind, kind)
 	}
 	if env.Version < 1 || env.Version > maxVersion {
-		return env.Version, nil, fmt.Errorf("%s record: %w: version %d (this build reads 1..%d)", kind, ErrUnknownVersion, env.Version, maxVersion)
+		return envelope{Version: env.Version}, fmt.Errorf("%s record: %w: version %d (this build reads 1..%d)", kind, ErrUnknownVersion, env.Version, maxVersion)
 	}
 	sum := sha256.Sum256(env.Payload)
 	if hex.EncodeToString(sum[:]) != env.SHA256 {
-		return env.Version, nil, fmt.Errorf("%s record: %w: checksum mismatch", kind, ErrCorrupt)
+		return envelope{Version: env.Version}, fmt.Errorf("%s record: %w: checksum mismatch", kind, ErrCorrupt)
 	}
-	return env.Version, env.Payload, nil
+	return env, nil
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/internal/handlers"
 	"zyvor.dev/sysbox/internal/specs"
 
@@ -538,14 +539,40 @@ func TestReadLogTornTailAndCorruption(t *testing.T) {
 		it, err := ReadLog(dir)
 		return p, it, err
 	}
-	t.Run("torn tail ignored", func(t *testing.T) {
-		_, it, err := write(t, func(p string) {
-			f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-			f.WriteString(`{"kind":"sysbox-checkpoint","version":1,"sha`)
-			f.Close()
+	t.Run("torn last record ignored at every byte", func(t *testing.T) {
+		var full []byte
+		write(t, func(p string) { full, _ = os.ReadFile(p) })
+		lastStart := bytes.LastIndexByte(full[:len(full)-1], '\n') + 1
+		for size := lastStart + 1; size < len(full); size++ {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, CheckpointFile), full[:size], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			it, err := ReadLog(dir)
+			if err != nil || !it.TornTail || len(it.Ops) != 1 || it.Ops[0].Step != StepBegin {
+				t.Fatalf("cut at byte %d of the last record: got %v %+v, want the header, the begin record and a torn tail", size-lastStart, err, it)
+			}
+			// Recovery reopens the log: the incomplete record is cut, appends follow the last good one.
+			l, err := reopenLog(it, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Checkpoint(testOp("sysbox_node.a", StepDone)); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			if it, err := ReadLog(dir); err != nil || it.TornTail || it.Ops[0].Step != StepDone {
+				t.Fatalf("cut at byte %d, reopened and appended: got %v %+v", size-lastStart, err, it)
+			}
+		}
+	})
+	t.Run("complete last record with a bad checksum refused", func(t *testing.T) {
+		_, _, err := write(t, func(p string) {
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, bytes.Replace(b, []byte(`"created"`), []byte(`"deleted"`), 1), 0o600)
 		})
-		if err != nil || !it.TornTail || it.Ops[0].Step != StepCreated {
-			t.Fatalf("got %v %+v, want the two good records and a torn tail", err, it)
+		if err == nil || !errors.Is(err, durable.ErrCorrupt) || !strings.Contains(err.Error(), "record 3") {
+			t.Fatalf("got %v, want a corrupt record 3", err)
 		}
 	})
 	t.Run("corrupt middle refused", func(t *testing.T) {
@@ -574,6 +601,41 @@ func TestReadLogTornTailAndCorruption(t *testing.T) {
 			t.Fatalf("got %v, want ErrInterrupted", err)
 		}
 	})
+}
+
+// TestReadLogFormat1Fixture reads a checkpoint log written by the code before records carried
+// their sequence number in the envelope (testdata/checkpoint-v1.log).
+func TestReadLogFormat1Fixture(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "checkpoint-v1.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, CheckpointFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	it, err := ReadLog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.Header.Run != "run-1" || it.Header.Lineage != "lineage-1" || it.TornTail || it.Finished || len(it.Ops) != 2 {
+		t.Fatalf("got %+v", it)
+	}
+	if op := it.Ops[0]; op.Addr != "sysbox_node.web[0]" || op.Step != StepCreated || op.Handle == nil || op.Handle.ExternalID != "sysbox-abc" {
+		t.Fatalf("first op: got %+v", op)
+	}
+	// Recovery appends numbered records after the unnumbered ones.
+	l, err := reopenLog(it, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Checkpoint(testOp("sysbox_node.web[0]", StepDone)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if it, err := ReadLog(dir); err != nil || it.Ops[0].Step != StepDone {
+		t.Fatalf("after appending to the old log: %v %+v", err, it)
+	}
 }
 
 func TestRecoverRefusesForeignCheckpoint(t *testing.T) {
