@@ -115,7 +115,7 @@ func TestRepairRuleRefusesDamage(t *testing.T) {
 		}, "record 3: corrupt record: numbered 2"},
 		{"unknown version", func() []byte {
 			return bytes.Replace(full, []byte(`"version":1`), []byte(`"version":2`), 1)
-		}, "record 1: test-log record: unknown record format version: version 2"},
+		}, "record 1: test-log format 2 is newer than this sysbox (1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "x.log")

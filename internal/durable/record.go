@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors a reader branches on.
@@ -18,6 +19,21 @@ var (
 	// ErrWrongKind marks a record of another kind than the reader expects.
 	ErrWrongKind = errors.New("unexpected record kind")
 )
+
+// NewerFormatError says a record was written in a format newer than this build reads. It
+// wraps ErrUnknownVersion.
+type NewerFormatError struct {
+	What    string // "plan", "checkpoint", … (the record kind without its "sysbox-" prefix)
+	Version int    // the record's
+	Newest  int    // the newest this build reads
+}
+
+func (e *NewerFormatError) Error() string {
+	return fmt.Sprintf("%s format %d is newer than this sysbox (%d)", e.What, e.Version, e.Newest)
+}
+
+// Unwrap makes errors.Is(err, ErrUnknownVersion) true.
+func (e *NewerFormatError) Unwrap() error { return ErrUnknownVersion }
 
 // envelope is the on-disk form of a record.
 type envelope struct {
@@ -65,12 +81,23 @@ func openRecord(data []byte, kind string, maxVersion int) (int, json.RawMessage,
 }
 
 func openEnvelope(data []byte, kind string, maxVersion int) (envelope, error) {
+	// Kind and version first: a newer format is reported as such, whatever else it changed.
+	var head struct {
+		Kind    string `json:"kind"`
+		Version int    `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return envelope{}, fmt.Errorf("%s record: %w: %v", kind, ErrCorrupt, err)
+	}
+	if head.Kind != kind {
+		return envelope{Version: head.Version}, fmt.Errorf("%w: got %q, want %q", ErrWrongKind, head.Kind, kind)
+	}
+	if head.Version > maxVersion {
+		return envelope{Version: head.Version}, &NewerFormatError{What: strings.TrimPrefix(kind, "sysbox-"), Version: head.Version, Newest: maxVersion}
+	}
 	var env envelope
 	if err := json.Unmarshal(data, &env); err != nil {
 		return envelope{}, fmt.Errorf("%s record: %w: %v", kind, ErrCorrupt, err)
-	}
-	if env.Kind != kind {
-		return envelope{Version: env.Version}, fmt.Errorf("%w: got %q, want %q", ErrWrongKind, env.Kind, kind)
 	}
 	if env.Version < 1 || env.Version > maxVersion {
 		return envelope{Version: env.Version}, fmt.Errorf("%s record: %w: version %d (this build reads 1..%d)", kind, ErrUnknownVersion, env.Version, maxVersion)

@@ -591,8 +591,9 @@ func TestReadLogTornTailAndCorruption(t *testing.T) {
 			b, _ := os.ReadFile(p)
 			os.WriteFile(p, bytes.Replace(b, []byte(`"version":1`), []byte(`"version":9`), 1), 0o600)
 		})
-		if err == nil || !strings.Contains(err.Error(), "version 9") {
-			t.Fatalf("got %v, want unknown version", err)
+		var nf *durable.NewerFormatError
+		if !errors.As(err, &nf) || !strings.Contains(err.Error(), "checkpoint format 9 is newer than this sysbox (1)") {
+			t.Fatalf("got %v, want checkpoint format 9 is newer than this sysbox (1)", err)
 		}
 	})
 	t.Run("second run refused while one is interrupted", func(t *testing.T) {
