@@ -22,9 +22,9 @@ import (
 
 	"zyvor.dev/sysbox/internal/backend/local"
 	"zyvor.dev/sysbox/internal/driver/fake"
-	execpkg "zyvor.dev/sysbox/internal/exec"
-	"zyvor.dev/sysbox/internal/exec/exectest"
-	"zyvor.dev/sysbox/internal/exec/failpoint"
+	"zyvor.dev/sysbox/internal/executor"
+	"zyvor.dev/sysbox/internal/executor/exectest"
+	"zyvor.dev/sysbox/internal/executor/failpoint"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/internal/testenv"
 )
@@ -306,11 +306,11 @@ func TestKillRealBinaryAtEveryStep(t *testing.T) {
 		{"reset", applied, []string{"reset", "sysbox_node.web[0]"}, converged},
 	}
 	for _, sc := range scenarios {
-		for _, point := range []string{execpkg.PointCheckpoint, execpkg.PointState, "mutation"} {
+		for _, point := range []string{executor.PointCheckpoint, executor.PointState, "mutation"} {
 			t.Run(sc.name+"/"+point, func(t *testing.T) {
 				base := newLab(t)
 				sc.setup(t, base)
-				exectest.KillLoop{Point: point, Exact: point != execpkg.PointState,
+				exectest.KillLoop{Point: point, Exact: point != executor.PointState,
 					Run: func(t *testing.T, n int) (exectest.Outcome, int, string) {
 						dir := t.TempDir()
 						copyTree(t, base, dir)
@@ -345,7 +345,7 @@ func TestNoSecretInDurableFiles(t *testing.T) {
 	dir := newLab(t)
 	must(t, run(t, dir, nil, "apply", "-auto-approve"), "apply")
 	must(t, run(t, dir, nil, "reset", "sysbox_node.web[1]"), "reset")
-	r := run(t, dir, []string{failpoint.EnvSpec + "=" + execpkg.PointCheckpoint + "@6"}, "reset", "sysbox_node.web[0]")
+	r := run(t, dir, []string{failpoint.EnvSpec + "=" + executor.PointCheckpoint + "@6"}, "reset", "sysbox_node.web[0]")
 	if !r.Killed {
 		t.Fatalf("reset was not killed: %+v", r)
 	}
@@ -387,7 +387,7 @@ func TestKillRealBinaryRealDrivers(t *testing.T) {
 		{"reset", true, []string{"reset", "sysbox_node.web[0]", "sysbox_node.gw"}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
-			exectest.KillLoop{Point: execpkg.PointCheckpoint, Exact: true,
+			exectest.KillLoop{Point: executor.PointCheckpoint, Exact: true,
 				Run: func(t *testing.T, n int) (exectest.Outcome, int, string) {
 					dir := t.TempDir()
 					copyTree(t, example, dir)
@@ -398,8 +398,8 @@ func TestKillRealBinaryRealDrivers(t *testing.T) {
 						}
 					}
 					trace := filepath.Join(t.TempDir(), "trace")
-					r := real(t, dir, []string{failpoint.EnvTrace + "=" + trace, failpoint.EnvSpec + "=" + execpkg.PointCheckpoint + "@" + strconv.Itoa(n)}, sc.args...)
-					return r, exectest.Traced(t, trace, execpkg.PointCheckpoint), dir
+					r := real(t, dir, []string{failpoint.EnvTrace + "=" + trace, failpoint.EnvSpec + "=" + executor.PointCheckpoint + "@" + strconv.Itoa(n)}, sc.args...)
+					return r, exectest.Traced(t, trace, executor.PointCheckpoint), dir
 				},
 				After: func(t *testing.T, dir, what string) {
 					if r := real(t, dir, nil, "recover"); r.Killed || r.Code != 0 {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"zyvor.dev/sysbox/internal/exec/exectest"
-	"zyvor.dev/sysbox/internal/exec/failpoint"
+	"zyvor.dev/sysbox/internal/executor/exectest"
+	"zyvor.dev/sysbox/internal/executor/failpoint"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -24,7 +24,7 @@ func TestReleaseBuildCarriesNoFailpoints(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go tool nm: %v", err)
 	}
-	const pkg = "zyvor.dev/sysbox/internal/exec/failpoint."
+	const pkg = "zyvor.dev/sysbox/internal/executor/failpoint."
 	var found []string
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.Contains(line, pkg) || strings.Contains(line, "executorFailpoints.func") {

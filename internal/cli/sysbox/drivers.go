@@ -16,7 +16,7 @@ import (
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/fake"
-	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/executor"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/secrets"
 )
@@ -107,7 +107,7 @@ type runFlags struct {
 
 func addRunFlags(cmd *cobra.Command, f *runFlags) {
 	addVarFlags(cmd, &f.vars)
-	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, fmt.Sprintf("run at most `N` operations at once (default: the substrate's parallelism, else %d)", exec.DefaultParallelism))
+	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, fmt.Sprintf("run at most `N` operations at once (default: the substrate's parallelism, else %d)", executor.DefaultParallelism))
 	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", 0, "wait up to `DURATION` for a held state lock (0: fail at once)")
 	cmd.Flags().BoolVar(&f.allowUnsafe, "allow-unsafe-state", false, "change state through a backend without locking or compare-and-swap (only if nothing else writes it)")
 }
@@ -118,7 +118,7 @@ type runtime struct {
 	l       *loaded
 	reg     *driver.Registry
 	mgr     *backend.Manager
-	ex      *exec.Executor
+	ex      *executor.Executor
 	facts   plans.Facts
 	planner *plans.Planner
 	close   func()
@@ -165,7 +165,7 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 	}
 	redactor := &secrets.Redactor{}
 	res := &secrets.EnvResolver{Lookup: a.Env.LookupEnv, Redactor: redactor}
-	rt.ex = &exec.Executor{
+	rt.ex = &executor.Executor{
 		Registry:    reg,
 		State:       mgr.Store(),
 		Dir:         filepath.Join(a.dir(), ".sysbox"),
@@ -199,7 +199,7 @@ func (a *App) openConfiguredBackend(ctx context.Context, b *config.NamedAttrs) (
 
 // desired plans the configuration against st (read-only use: reset, refresh, import) and
 // returns executor actions carrying every configured resource's desired spec.
-func (rt *runtime) desired(ctx context.Context) ([]exec.Action, *plans.Plan, error) {
+func (rt *runtime) desired(ctx context.Context) ([]executor.Action, *plans.Plan, error) {
 	st, err := rt.mgr.Read(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -208,7 +208,7 @@ func (rt *runtime) desired(ctx context.Context) ([]exec.Action, *plans.Plan, err
 	if err != nil {
 		return nil, nil, err
 	}
-	acts, err := exec.FromPlan(p, st, rt.l.reg)
+	acts, err := executor.FromPlan(p, st, rt.l.reg)
 	return acts, p, err
 }
 
@@ -220,16 +220,16 @@ type progress struct {
 
 func newProgress(a *App, r *secrets.Redactor) *progress { return &progress{app: a, redactor: r} }
 
-var opVerb = map[exec.Op][2]string{
-	exec.OpCreate:  {"Creating...", "Creation complete"},
-	exec.OpRead:    {"Reading...", "Read complete"},
-	exec.OpUpdate:  {"Modifying...", "Modifications complete"},
-	exec.OpReplace: {"Replacing...", "Replacement complete"},
-	exec.OpDelete:  {"Destroying...", "Destruction complete"},
-	exec.OpReset:   {"Resetting...", "Reset complete"},
+var opVerb = map[plans.Action][2]string{
+	plans.Create:  {"Creating...", "Creation complete"},
+	plans.Read:    {"Reading...", "Read complete"},
+	plans.Update:  {"Modifying...", "Modifications complete"},
+	plans.Replace: {"Replacing...", "Replacement complete"},
+	plans.Delete:  {"Destroying...", "Destruction complete"},
+	plans.Reset:   {"Resetting...", "Reset complete"},
 }
 
-func (p *progress) event(ev exec.Event) {
+func (p *progress) event(ev executor.Event) {
 	v, ok := opVerb[ev.Op]
 	if !ok {
 		v = [2]string{string(ev.Op) + "...", string(ev.Op) + " complete"}
@@ -255,7 +255,7 @@ func (p *progress) event(ev exec.Event) {
 }
 
 // summary renders a run's result line.
-func runSummary(verb string, res *exec.Result) string {
+func runSummary(verb string, res *executor.Result) string {
 	if res == nil {
 		return ""
 	}
@@ -268,7 +268,7 @@ func runSummary(verb string, res *exec.Result) string {
 }
 
 // renderRecovered reports what an automatic recovery did before the command.
-func (a *App) renderRecovered(rep *exec.RecoverReport) {
+func (a *App) renderRecovered(rep *executor.RecoverReport) {
 	if rep == nil || rep.Nothing {
 		return
 	}

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/internal/handlers"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/specs"
 
 	"github.com/google/go-cmp/cmp"
@@ -77,7 +78,7 @@ func (h *harness) state() *states.State {
 }
 
 func (h *harness) apply(desired []Action, replace ...string) (*Result, error) {
-	plan := &Plan{Fingerprint: "fp-test", Actions: planFor(h.state(), desired, replace...)}
+	plan := &Request{Fingerprint: "fp-test", Actions: planFor(h.state(), desired, replace...)}
 	return h.ex.Apply(context.Background(), plan)
 }
 
@@ -190,13 +191,13 @@ func TestApplyCreatesTopologyAndConverges(t *testing.T) {
 func TestStalePlanAndMissingCapabilityMutateNothing(t *testing.T) {
 	h := newHarness(t)
 	stale := errors.New("stale plan: state serial 0, plan made at serial 7")
-	plan := &Plan{Actions: planFor(nil, topology(1, 2, false)), Verify: func(context.Context, *states.State) error { return stale }}
+	plan := &Request{Actions: planFor(nil, topology(1, 2, false)), Verify: func(context.Context, *states.State) error { return stale }}
 	if _, err := h.ex.Apply(context.Background(), plan); !errors.Is(err, stale) {
 		t.Fatalf("stale plan: got %v", err)
 	}
 	acts := planFor(nil, topology(1, 2, false))
 	acts[2].Driver = "docker"
-	_, err := h.ex.Apply(context.Background(), &Plan{Actions: acts})
+	_, err := h.ex.Apply(context.Background(), &Request{Actions: acts})
 	var mc *driver.MissingCapabilityError
 	if !errors.As(err, &mc) || !strings.Contains(err.Error(), "sysbox_node.web[0]") {
 		t.Fatalf("missing driver: got %v", err)
@@ -208,8 +209,8 @@ func TestStalePlanAndMissingCapabilityMutateNothing(t *testing.T) {
 		t.Fatalf("state saved before verification failed: serial %d", st.Serial)
 	}
 	unknownAct := planFor(nil, topology(1, 1, false))
-	unknownAct[0].Op = OpUnknown
-	if _, err := h.ex.Apply(context.Background(), &Plan{Actions: unknownAct}); err == nil || !strings.Contains(err.Error(), "unknown") {
+	unknownAct[0].Op = plans.Unknown
+	if _, err := h.ex.Apply(context.Background(), &Request{Actions: unknownAct}); err == nil || !strings.Contains(err.Error(), "unknown") {
 		t.Fatalf("unknown action: got %v", err)
 	}
 }
@@ -656,7 +657,7 @@ func TestRecoverRefusesForeignCheckpoint(t *testing.T) {
 }
 
 func testOp(addr string, step Step) *OpState {
-	return &OpState{Addr: addr, Op: OpCreate, Step: step, Action: Action{Addr: mustAddr(addr), Op: OpCreate, Kind: specs.KindNode}}
+	return &OpState{Addr: addr, Op: plans.Create, Step: step, Action: Action{Addr: mustAddr(addr), Op: plans.Create, Kind: specs.KindNode}}
 }
 
 func TestFailedResetLeavesNothingBehind(t *testing.T) {
@@ -686,7 +687,7 @@ func TestFailedResetLeavesNothingBehind(t *testing.T) {
 
 func TestDestroyAuditsUsedDriversStrictly(t *testing.T) {
 	destroyWith := func(h *harness, drivers ...string) (*Result, []substrate.Object, error) {
-		return h.ex.Destroy(context.Background(), &Plan{Drivers: drivers,
+		return h.ex.Destroy(context.Background(), &Request{Drivers: drivers,
 			Prepare: func(_ context.Context, st *states.State) ([]Action, error) {
 				return DestroyActions(st, handlers.Builtin())
 			}})
@@ -749,7 +750,7 @@ func TestCancelledApplyIsRecoverable(t *testing.T) {
 		}
 	}
 	desired := topology(1, 3, false)
-	_, err := h.ex.Apply(ctx, &Plan{Actions: planFor(nil, desired)})
+	_, err := h.ex.Apply(ctx, &Request{Actions: planFor(nil, desired)})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled apply: got %v", err)
 	}

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
@@ -67,7 +68,7 @@ var FailPoints = []string{PointCheckpoint, PointState}
 // Event reports an operation's progress.
 type Event struct {
 	Addr    string
-	Op      Op
+	Op      plans.Action
 	Phase   string // "start" | "done" | "failed" | "skipped"
 	Err     error
 	Elapsed time.Duration
@@ -211,7 +212,7 @@ func requiredCaps(a *Action) []driver.Capability {
 		return []driver.Capability{driver.CapManagedNetwork}
 	case specs.KindNode:
 		caps := []driver.Capability{driver.CapNodeLifecycle}
-		if a.Op == OpReset {
+		if a.Op == plans.Reset {
 			caps = append(caps, driver.CapReset)
 		}
 		if a.Node != nil && len(a.Node.Attachments) > 0 {
@@ -233,7 +234,7 @@ func (e *Executor) Check(actions []Action) error {
 			errs = append(errs, err)
 			continue
 		}
-		if a.Op == OpNoop || a.Driver == "" {
+		if a.Op == plans.NoOp || a.Driver == "" {
 			continue
 		}
 		if err := e.Registry.Require(a.Addr.String(), a.Driver, requiredCaps(a)...); err != nil {
@@ -245,7 +246,7 @@ func (e *Executor) Check(actions []Action) error {
 
 // Apply executes plan: verify (stale plan, capabilities) before any provider call, snapshot
 // before destructive steps, then walk the actions with bounded parallelism.
-func (e *Executor) Apply(ctx context.Context, plan *Plan) (*Result, error) {
+func (e *Executor) Apply(ctx context.Context, plan *Request) (*Result, error) {
 	s, rep, err := e.open(ctx, "apply")
 	if err != nil {
 		return &Result{Recovered: rep}, err
@@ -264,7 +265,7 @@ func (e *Executor) Apply(ctx context.Context, plan *Plan) (*Result, error) {
 }
 
 // prepare verifies the plan against st and returns its actions.
-func (p *Plan) prepare(ctx context.Context, st *states.State) ([]Action, error) {
+func (p *Request) prepare(ctx context.Context, st *states.State) ([]Action, error) {
 	if p.Verify != nil {
 		if err := p.Verify(ctx, st); err != nil {
 			return nil, err
@@ -282,10 +283,10 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 	work := 0
 	destructive := false
 	for _, a := range actions {
-		if a.Op != OpNoop {
+		if a.Op != plans.NoOp {
 			work++
 		}
-		if a.Op == OpDelete || a.Op == OpReplace || a.Op == OpReset {
+		if a.Op == plans.Delete || a.Op == plans.Replace || a.Op == plans.Reset {
 			destructive = true
 		}
 	}
@@ -323,7 +324,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 	r := &run{e: e, log: log, sv: sv, lineage: s.st.Lineage, fingerprint: fingerprint}
 	ops := make([]*OpState, len(actions))
 	for i := range actions {
-		if actions[i].Op == OpNoop {
+		if actions[i].Op == plans.NoOp {
 			res.Noop++
 			continue
 		}
@@ -405,11 +406,11 @@ func (r *run) begin(a *Action) *OpState {
 	gen := uint64(1)
 	if prior != nil {
 		switch a.Op {
-		case OpReplace, OpReset:
+		case plans.Replace, plans.Reset:
 			gen = prior.Owner.Generation + 1
-		case OpUpdate, OpDelete, OpRead:
+		case plans.Update, plans.Delete, plans.Read:
 			gen = prior.Owner.Generation
-		case OpCreate:
+		case plans.Create:
 			gen = prior.Owner.Generation + 1 // state still holds something: never reuse its markers
 		}
 	}
@@ -554,9 +555,9 @@ func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState) []erro
 
 func needsRemoval(op *OpState) bool {
 	switch op.Op {
-	case OpDelete:
+	case plans.Delete:
 		return !op.Step.Terminal()
-	case OpReplace:
+	case plans.Replace:
 		return !op.Step.atLeast(StepDeleted) && !op.Step.Terminal()
 	}
 	return false
@@ -564,7 +565,7 @@ func needsRemoval(op *OpState) bool {
 
 func needsCreation(op *OpState) bool {
 	switch op.Op {
-	case OpDelete, OpNoop:
+	case plans.Delete, plans.NoOp:
 		return false
 	}
 	return !op.Step.Terminal()

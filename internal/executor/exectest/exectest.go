@@ -9,7 +9,7 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
-	"zyvor.dev/sysbox/internal/exec/failpoint"
+	"zyvor.dev/sysbox/internal/executor/failpoint"
 )
 
 // Outcome is how a child process ended.

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver/fake"
-	"zyvor.dev/sysbox/internal/exec/exectest"
-	"zyvor.dev/sysbox/internal/exec/failpoint"
+	"zyvor.dev/sysbox/internal/executor/exectest"
+	"zyvor.dev/sysbox/internal/executor/failpoint"
 )
 
 // The crash tests run the executor in a separate process (this test binary re-executed in
@@ -65,9 +65,9 @@ func crashHelper(dir, cmd string) int {
 	desired := crashDesired()
 	switch cmd {
 	case "apply":
-		_, err = h.ex.Apply(ctx, &Plan{Fingerprint: "fp-crash", Actions: planFor(st, desired)})
+		_, err = h.ex.Apply(ctx, &Request{Fingerprint: "fp-crash", Actions: planFor(st, desired)})
 	case "replace":
-		_, err = h.ex.Apply(ctx, &Plan{Fingerprint: "fp-crash-replace", Actions: planFor(st, desired, "sysbox_node.web[1]", "sysbox_firewall.web0")})
+		_, err = h.ex.Apply(ctx, &Request{Fingerprint: "fp-crash-replace", Actions: planFor(st, desired, "sysbox_node.web[1]", "sysbox_firewall.web0")})
 	case "destroy":
 		_, _, err = h.ex.Destroy(ctx, nil)
 	case "reset":

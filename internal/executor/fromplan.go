@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"encoding/json"
@@ -58,7 +58,7 @@ func fromResourceAction(ra plans.ResourceAction, res Resources, refs specs.Refs)
 	if !ok {
 		return Action{}, fmt.Errorf("no executor kind for resource type %q", ra.Type)
 	}
-	a := Action{Addr: ra.Address, Op: Op(ra.Action), Reason: ra.Reason, Kind: kind, Driver: ra.Driver,
+	a := Action{Addr: ra.Address, Op: ra.Action, Reason: ra.Reason, Kind: kind, Driver: ra.Driver,
 		Deps: ra.DependsOn, SchemaVersion: ra.SchemaVersion, Attributes: ra.After}
 	attrs := ra.After
 	if ra.Action == plans.Delete || ra.Action == plans.Unknown {
@@ -73,7 +73,7 @@ func fromResourceAction(ra plans.ResourceAction, res Resources, refs specs.Refs)
 		return a, err
 	}
 	a.Artifact, a.Network, a.Node, a.Policy = d.Artifact, d.Network, d.Node, d.Policy
-	if a.Op == OpDelete || a.Op == OpUnknown {
+	if a.Op == plans.Delete || a.Op == plans.Unknown {
 		// Deletes carry only what removal needs (a policy's node); no desired spec.
 		if a.Policy != nil {
 			a.Policy = &specs.PolicySpec{Node: a.Policy.Node}

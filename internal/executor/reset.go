@@ -1,9 +1,10 @@
-package exec
+package executor
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
@@ -86,7 +87,7 @@ func (e *Executor) resetActions(st *states.State, req ResetRequest) ([]Action, e
 			continue
 		}
 		a := *d
-		a.Op = OpReset
+		a.Op = plans.Reset
 		a.Reason = "reset requested"
 		a.impacted = e.impactedPolicies(st, t, req.Desired)
 		out = append(out, a)

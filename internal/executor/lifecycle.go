@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
@@ -28,7 +29,7 @@ func DestroyActions(st *states.State, res Resources) ([]Action, error) {
 		if !ok {
 			return nil, fmt.Errorf("destroy %s: no kind known for resource type %s", r.Addr, r.Addr.Resource.Type)
 		}
-		out = append(out, Action{Addr: r.Addr, Op: OpDelete, Reason: "destroy", Kind: k, Driver: r.Driver, Deps: r.Dependencies})
+		out = append(out, Action{Addr: r.Addr, Op: plans.Delete, Reason: "destroy", Kind: k, Driver: r.Driver, Deps: r.Dependencies})
 	}
 	return out, nil
 }
@@ -52,7 +53,7 @@ func (e *ResidueError) Error() string {
 // dependency order, then audits every driver that can for objects still carrying the
 // topology's markers (S16). Destroy is done only when state is empty and the audit is clean;
 // otherwise the error is a *ResidueError or the operations' failures.
-func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrate.Object, error) {
+func (e *Executor) Destroy(ctx context.Context, plan *Request) (*Result, []substrate.Object, error) {
 	s, rep, err := e.open(ctx, "destroy")
 	if err != nil {
 		return &Result{Recovered: rep}, nil, err
@@ -64,7 +65,7 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 		if err != nil {
 			return &Result{Recovered: rep}, nil, err
 		}
-		plan, actions = &Plan{}, acts
+		plan, actions = &Request{}, acts
 	} else if actions, err = plan.prepare(ctx, s.st); err != nil {
 		return &Result{Recovered: rep}, nil, err
 	}

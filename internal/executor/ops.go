@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
@@ -32,7 +33,7 @@ func (r *run) removePart(ctx context.Context, op *OpState) error {
 	}
 	a := &op.Action
 	remove := func(st *states.State) { st.Remove(a.Addr) }
-	if op.Op != OpDelete {
+	if op.Op != plans.Delete {
 		r.sv.commitAsync(ctx, remove, nil) // replace: the create half saves again
 		return nil
 	}
@@ -134,9 +135,9 @@ func (r *run) createPart(ctx context.Context, op *OpState) error {
 	case specs.KindNetwork:
 		err = r.createNetwork(ctx, op)
 	case specs.KindNode:
-		if op.Op == OpReset {
+		if op.Op == plans.Reset {
 			err = r.resetNode(ctx, op)
-		} else if op.Op == OpUpdate {
+		} else if op.Op == plans.Update {
 			err = fmt.Errorf("nodes have no in-place update; plan a replace")
 		} else {
 			err = r.createNode(ctx, op)
@@ -152,7 +153,7 @@ func (r *run) createPart(ctx context.Context, op *OpState) error {
 		}
 		return r.fail(ctx, op, err)
 	}
-	if op.Op == OpReset {
+	if op.Op == plans.Reset {
 		r.finish(op)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"zyvor.dev/sysbox/internal/handlers"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
@@ -145,18 +146,18 @@ func planFor(st *states.State, desired []Action, replace ...string) []Action {
 		a := d
 		switch cur := stateResource(st, d.Addr); {
 		case cur == nil:
-			a.Op, a.Reason = OpCreate, "not in state"
+			a.Op, a.Reason = plans.Create, "not in state"
 		case rep[d.Addr.String()]:
-			a.Op, a.Reason = OpReplace, "replace requested"
+			a.Op, a.Reason = plans.Replace, "replace requested"
 		default:
-			a.Op, a.Reason = OpNoop, "up to date"
+			a.Op, a.Reason = plans.NoOp, "up to date"
 		}
 		out = append(out, a)
 	}
 	if st != nil {
 		for _, r := range st.Resources {
 			if !want[r.Addr.String()] {
-				out = append(out, Action{Addr: r.Addr, Op: OpDelete, Reason: "not in configuration",
+				out = append(out, Action{Addr: r.Addr, Op: plans.Delete, Reason: "not in configuration",
 					Kind: kindOf(r.Addr), Driver: r.Driver, Deps: r.Dependencies})
 			}
 		}

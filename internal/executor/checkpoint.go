@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"zyvor.dev/sysbox/internal/plans"
 
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -66,7 +67,7 @@ type RunHeader struct {
 // so the latest record of an address is the operation's truth.
 type OpState struct {
 	Addr        string                      `json:"address"`
-	Op          Op                          `json:"action"`
+	Op          plans.Action                `json:"action"`
 	Step        Step                        `json:"step"`
 	Fingerprint string                      `json:"fingerprint,omitempty"`
 	Action      Action                      `json:"desired"`

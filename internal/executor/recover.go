@@ -1,9 +1,10 @@
-package exec
+package executor
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"zyvor.dev/sysbox/internal/plans"
 
 	"zyvor.dev/sysbox/internal/durable"
 )
@@ -21,11 +22,11 @@ type RecoverReport struct {
 
 // OpOutcome is one interrupted operation's fate.
 type OpOutcome struct {
-	Addr    string `json:"address"`
-	Op      Op     `json:"action"`
-	From    Step   `json:"from_step"`
-	Outcome string `json:"outcome"` // completed | was-complete | was-failed | failed
-	Error   string `json:"error,omitempty"`
+	Addr    string       `json:"address"`
+	Op      plans.Action `json:"action"`
+	From    Step         `json:"from_step"`
+	Outcome string       `json:"outcome"` // completed | was-complete | was-failed | failed
+	Error   string       `json:"error,omitempty"`
 }
 
 // Recover finishes an interrupted run (S14):

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -114,7 +114,7 @@ resource "lab_box" "a" {
 	if len(acts) != 1 || acts[0].Kind != specs.KindNetwork || acts[0].Network == nil || acts[0].Network.IPv4CIDR != "198.18.0.0/24" {
 		t.Fatalf("actions: got %+v, want one network create of 198.18.0.0/24", acts)
 	}
-	if _, err := h.ex.Apply(ctx, &Plan{Fingerprint: p.Fingerprint.ActionsDigest, Actions: acts}); err != nil {
+	if _, err := h.ex.Apply(ctx, &Request{Fingerprint: p.Fingerprint.ActionsDigest, Actions: acts}); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	box := h.state().Resource(addrs.MustParseInstance("lab_box.a"))

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func TestLabSmallThroughThePlanner(t *testing.T) {
 	if !p.HasChanges() {
 		t.Fatal("first plan has no changes")
 	}
-	res, err := h.ex.Apply(ctx, &Plan{Fingerprint: p.Fingerprint.ActionsDigest, Actions: acts})
+	res, err := h.ex.Apply(ctx, &Request{Fingerprint: p.Fingerprint.ActionsDigest, Actions: acts})
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
@@ -99,7 +99,7 @@ func TestLabSmallThroughThePlanner(t *testing.T) {
 
 	// Planned destroy: every resource goes, the audit is clean.
 	pd, dacts := plan(true)
-	if _, residue, err := h.ex.Destroy(ctx, &Plan{Fingerprint: pd.Fingerprint.ActionsDigest, Actions: dacts}); err != nil || len(residue) != 0 {
+	if _, residue, err := h.ex.Destroy(ctx, &Request{Fingerprint: pd.Fingerprint.ActionsDigest, Actions: dacts}); err != nil || len(residue) != 0 {
 		t.Fatalf("destroy: %v, residue %v", err, residue)
 	}
 	if st := h.state(); len(st.Resources) != 0 {

@@ -1,30 +1,15 @@
-package exec
+package executor
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/pkg/substrate"
-)
-
-// Op is a plan action kind (S10).
-type Op string
-
-const (
-	OpCreate  Op = "create"
-	OpRead    Op = "read"
-	OpNoop    Op = "no-op"
-	OpUpdate  Op = "update"
-	OpReplace Op = "replace"
-	OpDelete  Op = "delete"
-	OpUnknown Op = "unknown"
-	// OpReset replaces a node's generation from its baseline (S15); produced by Reset, never by
-	// the planner.
-	OpReset Op = "reset"
 )
 
 // Action is one step of a plan as the executor consumes it. Desired specs (Artifact, Network,
@@ -33,7 +18,7 @@ const (
 // finish the operation.
 type Action struct {
 	Addr   addrs.Instance   `json:"address"`
-	Op     Op               `json:"action"`
+	Op     plans.Action     `json:"action"`
 	Reason string           `json:"reason,omitempty"`
 	Kind   specs.Kind       `json:"kind"`
 	Driver string           `json:"driver,omitempty"`
@@ -51,8 +36,8 @@ type Action struct {
 	impacted []Action // reset: policies living in the node (see Reset)
 }
 
-// Plan is what Apply executes.
-type Plan struct {
+// Request is what Apply (and Destroy) executes: the actions and how to check them.
+type Request struct {
 	// Fingerprint identifies the plan (the stored plan's fingerprint); it is written into the
 	// checkpoint so recovery can say which plan an interrupted run belonged to.
 	Fingerprint string
@@ -73,10 +58,10 @@ type Plan struct {
 }
 
 func (a *Action) validate() error {
-	if a.Op == OpUnknown {
+	if a.Op == plans.Unknown {
 		return fmt.Errorf("%s: action is unknown (%s); an unknown action cannot be applied: refresh and plan again", a.Addr, a.Reason)
 	}
-	if a.Op == OpDelete || a.Op == OpNoop {
+	if a.Op == plans.Delete || a.Op == plans.NoOp {
 		return nil
 	}
 	set := 0
