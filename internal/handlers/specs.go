@@ -3,7 +3,8 @@ package handlers
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/specs"
@@ -58,12 +59,7 @@ func (*Node) DriverSpec(attrs json.RawMessage, refs specs.Refs) (specs.Desired, 
 	if n.Spec.Kernel, n.KernelFrom, err = specArtifact(c.Kernel, refs); err != nil {
 		return specs.Desired{}, err
 	}
-	names := make([]string, 0, len(c.Attachments))
-	for name := range c.Attachments {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(c.Attachments)) {
 		at := c.Attachments[name]
 		na, err := addrs.ParseInstance(at.Network)
 		if err != nil {
