@@ -29,7 +29,7 @@ import (
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/fake"
-	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/executor"
 	"zyvor.dev/sysbox/internal/handlers"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/states"
@@ -55,7 +55,7 @@ resource "sysbox_node" "n" {
 
 type env struct {
 	dir  string
-	ex   *exec.Executor
+	ex   *executor.Executor
 	mgr  *backend.Manager
 	reg  *driver.Registry
 	fake *fake.Driver
@@ -80,7 +80,7 @@ func newEnv(b *testing.B) *env {
 	}
 	mgr := backend.NewManager(be, backend.Options{})
 	return &env{dir: dir, fake: d, mgr: mgr, reg: reg,
-		ex: &exec.Executor{Registry: reg, State: mgr.Store(), Dir: filepath.Join(dir, ".sysbox"), Parallelism: exec.DefaultParallelism}}
+		ex: &executor.Executor{Resources: handlers.Builtin(), Registry: reg, State: mgr.Store(), Dir: filepath.Join(dir, ".sysbox"), Parallelism: executor.DefaultParallelism}}
 }
 
 // plan reads the state, evaluates the topology and plans it, as `sysbox plan` does.
@@ -106,9 +106,11 @@ func (e *env) plan(b *testing.B) *plans.Plan {
 }
 
 // apply executes p the way `sysbox apply` does (actions converted under the lock).
-func (e *env) apply(b *testing.B, p *plans.Plan) *exec.Result {
-	res, err := e.ex.Apply(context.Background(), &exec.Plan{Fingerprint: p.Fingerprint.ActionsDigest,
-		Prepare: func(ctx context.Context, st *states.State) ([]exec.Action, error) { return exec.FromPlan(p, st) }})
+func (e *env) apply(b *testing.B, p *plans.Plan) *executor.Result {
+	res, err := e.ex.Apply(context.Background(), &executor.Request{Fingerprint: p.Fingerprint.ActionsDigest,
+		Prepare: func(ctx context.Context, st *states.State) ([]executor.Action, error) {
+			return executor.FromPlan(p, st, handlers.Builtin())
+		}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func (d *Driver) ResolveArtifact(ctx context.Context, spec substrate.ArtifactSpe
 	what := fmt.Sprintf("artifact %s (%s %s)", spec.Owner.Address, spec.Kind, spec.Source)
 	if spec.Kind != KindOCIImage && spec.Kind != KindRootfs {
 		return substrate.ArtifactIdentity{}, fmt.Errorf("%s: kind %q: the docker driver loads %s or %s: %w",
-			what, spec.Kind, KindOCIImage, KindRootfs, driver.ErrNotSupported)
+			what, spec.Kind, KindOCIImage, KindRootfs, driver.ErrInvalid)
 	}
 	if spec.Digest != "" && !digestRE.MatchString(spec.Digest) {
 		return substrate.ArtifactIdentity{}, fmt.Errorf("%s: digest %q: want sha256:<64 lowercase hex>", what, spec.Digest)

@@ -365,7 +365,7 @@ func TestDaemonImport(t *testing.T) {
 		{"labels of another address", mk("sysbox-import-"+randHex(4), otherAddr, "none"), driver.ErrNotOwned},
 		{"no generation label", mk("sysbox-import-"+randHex(4), noGen, "none"), driver.ErrNotOwned},
 		{"another generation", mk("sysbox-import-"+randHex(4), gen4, "none"), driver.ErrNotOwned},
-		{"docker-managed network", bridged, driver.ErrNotSupported},
+		{"docker-managed network", bridged, driver.ErrInvalid},
 		{"no such container", "sysbox-no-such-" + randHex(4), driver.ErrNotFound},
 	} {
 		_, err := d.ImportNode(ctx, tt.id, owner)

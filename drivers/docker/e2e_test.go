@@ -214,7 +214,7 @@ func TestDaemonRestartMidApplyRecovered(t *testing.T) {
 	testenv.RequireBinary(t, "busybox")
 	dir := t.TempDir()
 	l := &e2eLab{t: t, d: d, bin: filepath.Join(dir, "sysbox"), dir: filepath.Join(dir, "lab"), web: "web_" + randHex(4), secret: "e2e-" + randHex(8)}
-	if err := testenv.GoBuild("zyvor.dev/sysbox/cmd/sysbox", l.bin); err != nil {
+	if err := testenv.GoBuild("zyvor.dev/sysbox/cmd/sysbox", l.bin, "sysboxtest"); err != nil { // SYSBOX_EXEC_FAILPOINT below
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {

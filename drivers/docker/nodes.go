@@ -475,7 +475,7 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 		return substrate.ImportedNode{}, fmt.Errorf("%w; a container is importable when created with %s", err, importLabels(owner))
 	}
 	if ins.HostConfig == nil || ins.HostConfig.NetworkMode != "none" {
-		return substrate.ImportedNode{}, fmt.Errorf("%s: network mode must be \"none\" (sysbox wires NICs from the host): %w", what, driver.ErrNotSupported)
+		return substrate.ImportedNode{}, fmt.Errorf("%s: network mode must be \"none\" (sysbox wires NICs from the host): %w", what, driver.ErrInvalid)
 	}
 	out := substrate.ImportedNode{
 		Handle:  nodeHandle(nodePrivate{ContainerID: ins.ID, Name: strings.TrimPrefix(ins.Name, "/"), ImageID: ins.Image, Marker: owner.Marker()}),

@@ -202,7 +202,7 @@ func TestPinnedDigestMismatchFailsBeforeTheDaemon(t *testing.T) {
 		})
 	}
 	_, err = d.ResolveArtifact(context.Background(), substrate.ArtifactSpec{Kind: "qcow2", Source: p})
-	wantErrIs(t, "ResolveArtifact(qcow2)", err, driver.ErrNotSupported)
+	wantErrIs(t, "ResolveArtifact(qcow2)", err, driver.ErrInvalid)
 	_, err = d.ResolveArtifact(context.Background(), substrate.ArtifactSpec{Kind: KindRootfs, Source: p, Digest: "md5:abc"})
 	if err == nil || !strings.Contains(err.Error(), `digest "md5:abc"`) {
 		t.Fatalf("ResolveArtifact(bad pin): got %v, want an error naming the digest", err)

@@ -53,7 +53,7 @@ func New(reg *driver.Registry) *Driver {
 		}
 		r, ok := d.(linuxnet.NamespaceResolver)
 		if !ok {
-			return linuxnet.Netns{}, fmt.Errorf("node driver %q cannot name a Linux network namespace for its nodes: %w", node.Driver, driver.ErrNotSupported)
+			return linuxnet.Netns{}, fmt.Errorf("node driver %q cannot name a Linux network namespace for its nodes: %w", node.Driver, driver.ErrInvalid)
 		}
 		return r.NodeNetns(ctx, node)
 	}}

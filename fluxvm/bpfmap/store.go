@@ -3,6 +3,7 @@ package bpfmap
 import (
 	"context"
 	"errors"
+	"zyvor.dev/sysbox/internal/feature"
 )
 
 // Policy is what happens to a declared map's entries across an upgrade (F10).
@@ -93,5 +94,5 @@ var (
 	ErrNotBPFFS        = errors.New("not on a bpf filesystem")
 	ErrBootChanged     = errors.New("host rebooted since the snapshot (boot id changed)")
 	ErrCorruptSnapshot = errors.New("snapshot file is corrupt")
-	ErrNotSupported    = errors.New("not supported on this host")
+	ErrNotSupported    = feature.ErrNotSupported // the module's one "host lacks a feature" error
 )

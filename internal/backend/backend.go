@@ -8,6 +8,7 @@ import (
 	"os/user"
 	"strings"
 	"time"
+	"zyvor.dev/sysbox/internal/feature"
 
 	"zyvor.dev/sysbox/internal/states"
 )
@@ -192,8 +193,9 @@ var (
 	ErrNoState = errors.New("no state stored")
 	// ErrUnsafe is wrapped by *UnsafeBackendError.
 	ErrUnsafe = errors.New("backend is not safe for mutation")
-	// ErrNotSupported is wrapped by *UnsupportedError.
-	ErrNotSupported = errors.New("not supported by this backend")
+	// ErrNotSupported is wrapped by *UnsupportedError: the module's one "not supported here"
+	// error (feature.ErrNotSupported).
+	ErrNotSupported = feature.ErrNotSupported
 	// ErrLockID is returned when a lock ID does not match the lock held.
 	ErrLockID = errors.New("lock ID does not match the held lock")
 )

@@ -26,7 +26,7 @@ func eval(t *testing.T, dir string, opts config.Options) (*config.Topology, hcl.
 		return nil, diags
 	}
 	if opts.Schemas == nil {
-		opts.Schemas = handlers.Builtin()
+		opts.Schemas = handlers.Builtin("docker", "netns") // the node drivers sysbox registers
 	}
 	top, d := config.Evaluate(m, src, opts)
 	return top, append(diags, d...)

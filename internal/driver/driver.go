@@ -123,8 +123,9 @@ var (
 	ErrUnavailable = errors.New("driver unavailable")
 	// ErrDigestMismatch: an artifact's content does not match its pinned or recorded digest.
 	ErrDigestMismatch = errors.New("artifact digest mismatch")
-	// ErrNotSupported: the host lacks a feature this operation needs. Tests may skip only on it.
-	ErrNotSupported = errors.New("not supported on this host")
+	// ErrInvalid: the input (a spec, an object to import) is one this driver cannot accept.
+	// The host lacking a feature is feature.ErrNotSupported instead.
+	ErrInvalid = errors.New("invalid input")
 	// ErrNotFound: the object does not exist.
 	ErrNotFound = errors.New("not found")
 )

@@ -9,5 +9,9 @@
 //   - Records carry a kind, a version and a SHA-256 of their payload; a reader checks the version
 //     first and rejects unknown ones, and reports a torn or corrupt record instead of trusting it.
 //   - Log.Append returns only after the record is on disk (fsync): a step is acknowledged only once
-//     its record is durable.
+//     its record is durable. Concurrent appends are group-committed (one write+fsync per batch).
+//   - A log has one repair rule (Open applies it, Read reports it): only an incomplete final
+//     record (no trailing newline) may be cut, and the cut is reported; a complete record that
+//     fails its checksum, even the last one, and a record numbered out of sequence are
+//     corruption and refused.
 package durable

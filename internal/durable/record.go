@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors a reader branches on.
@@ -19,22 +20,42 @@ var (
 	ErrWrongKind = errors.New("unexpected record kind")
 )
 
+// NewerFormatError says a record was written in a format newer than this build reads. It
+// wraps ErrUnknownVersion.
+type NewerFormatError struct {
+	What    string // "plan", "checkpoint", … (the record kind without its "sysbox-" prefix)
+	Version int    // the record's
+	Newest  int    // the newest this build reads
+}
+
+func (e *NewerFormatError) Error() string {
+	return fmt.Sprintf("%s format %d is newer than this sysbox (%d)", e.What, e.Version, e.Newest)
+}
+
+// Unwrap makes errors.Is(err, ErrUnknownVersion) true.
+func (e *NewerFormatError) Unwrap() error { return ErrUnknownVersion }
+
 // envelope is the on-disk form of a record.
 type envelope struct {
 	Kind    string          `json:"kind"`
 	Version int             `json:"version"`
+	Seq     uint64          `json:"seq,omitempty"` // position in a log, when the writer numbers records
 	SHA256  string          `json:"sha256"`
 	Payload json.RawMessage `json:"payload"`
 }
 
 // EncodeRecord wraps payload in a versioned, checksummed envelope (single-line JSON, no newline).
 func EncodeRecord(kind string, version int, payload any) ([]byte, error) {
+	return encodeEnvelope(kind, version, 0, payload)
+}
+
+func encodeEnvelope(kind string, version int, seq uint64, payload any) ([]byte, error) {
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s record: %w", kind, err)
 	}
 	sum := sha256.Sum256(raw)
-	return json.Marshal(envelope{Kind: kind, Version: version, SHA256: hex.EncodeToString(sum[:]), Payload: raw})
+	return json.Marshal(envelope{Kind: kind, Version: version, Seq: seq, SHA256: hex.EncodeToString(sum[:]), Payload: raw})
 }
 
 // DecodeRecord checks kind, version (1..maxVersion) and checksum, then unmarshals the payload
@@ -55,19 +76,35 @@ func DecodeRecord(data []byte, kind string, maxVersion int, payload any) (int, e
 }
 
 func openRecord(data []byte, kind string, maxVersion int) (int, json.RawMessage, error) {
+	env, err := openEnvelope(data, kind, maxVersion)
+	return env.Version, env.Payload, err
+}
+
+func openEnvelope(data []byte, kind string, maxVersion int) (envelope, error) {
+	// Kind and version first: a newer format is reported as such, whatever else it changed.
+	var head struct {
+		Kind    string `json:"kind"`
+		Version int    `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return envelope{}, fmt.Errorf("%s record: %w: %v", kind, ErrCorrupt, err)
+	}
+	if head.Kind != kind {
+		return envelope{Version: head.Version}, fmt.Errorf("%w: got %q, want %q", ErrWrongKind, head.Kind, kind)
+	}
+	if head.Version > maxVersion {
+		return envelope{Version: head.Version}, &NewerFormatError{What: strings.TrimPrefix(kind, "sysbox-"), Version: head.Version, Newest: maxVersion}
+	}
 	var env envelope
 	if err := json.Unmarshal(data, &env); err != nil {
-		return 0, nil, fmt.Errorf("%s record: %w: %v", kind, ErrCorrupt, err)
-	}
-	if env.Kind != kind {
-		return env.Version, nil, fmt.Errorf("%w: got %q, want %q", ErrWrongKind, env.Kind, kind)
+		return envelope{}, fmt.Errorf("%s record: %w: %v", kind, ErrCorrupt, err)
 	}
 	if env.Version < 1 || env.Version > maxVersion {
-		return env.Version, nil, fmt.Errorf("%s record: %w: version %d (this build reads 1..%d)", kind, ErrUnknownVersion, env.Version, maxVersion)
+		return envelope{Version: env.Version}, fmt.Errorf("%s record: %w: version %d (this build reads 1..%d)", kind, ErrUnknownVersion, env.Version, maxVersion)
 	}
 	sum := sha256.Sum256(env.Payload)
 	if hex.EncodeToString(sum[:]) != env.SHA256 {
-		return env.Version, nil, fmt.Errorf("%s record: %w: checksum mismatch", kind, ErrCorrupt)
+		return envelope{Version: env.Version}, fmt.Errorf("%s record: %w: checksum mismatch", kind, ErrCorrupt)
 	}
-	return env.Version, env.Payload, nil
+	return env, nil
 }

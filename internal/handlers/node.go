@@ -60,9 +60,6 @@ type Provisioner struct {
 	Command []string `json:"command"`
 }
 
-// NodeDrivers are the node drivers sysbox knows.
-var NodeDrivers = []string{"netns", "docker", "libvirt", "firecracker"}
-
 var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
@@ -70,7 +67,11 @@ var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])
 var _ plans.PriorKeeper = (*Node)(nil)
 
 // Node handles sysbox_node.
-type Node struct{}
+type Node struct {
+	// Drivers, when set, are the node drivers a configuration may name (the driver registry's
+	// drivers with node capability); when nil, the planner's capability check alone decides.
+	Drivers []string
+}
 
 func (*Node) Type() string        { return "sysbox_node" }
 func (*Node) Modes() (bool, bool) { return true, false }
@@ -106,7 +107,7 @@ var nodeSpec = hcldec.ObjectSpec{
 }
 
 // Decode implements config.Schema.
-func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
+func (n *Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
 	d := newDiags(req)
 	v := req.Value
 	d.checkSecrets(req, "environment", "provisioner")
@@ -114,8 +115,8 @@ func (*Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics
 	if c.Driver == "" {
 		c.Driver = "netns"
 	}
-	if !oneOf(c.Driver, NodeDrivers...) {
-		d.add(d.attr("driver"), "Invalid node driver", "driver %q is not one of %v", c.Driver, NodeDrivers)
+	if n.Drivers != nil && !oneOf(c.Driver, n.Drivers...) {
+		d.add(d.attr("driver"), "Invalid node driver", "driver %q is not one of %v", c.Driver, n.Drivers)
 	}
 	refs := decodeNodeArtifacts(d, v, &c)
 	checkNodeScalars(d, v, &c)

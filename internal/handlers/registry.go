@@ -1,8 +1,10 @@
 package handlers
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/config"
@@ -17,6 +19,11 @@ type Handler interface {
 	Type() string
 	// Modes says whether the type is a managed resource, a data source, or both.
 	Modes() (managed, data bool)
+	// Kind says which driver capabilities the executor operates the resource through.
+	Kind() specs.Kind
+	// DriverSpec returns the driver-neutral spec of the handler's stored attributes; refs
+	// resolves references to other resources.
+	DriverSpec(attrs json.RawMessage, refs specs.Refs) (specs.Desired, error)
 }
 
 // Registry maps resource types to handlers. It is an instance: callers build their own.
@@ -32,10 +39,11 @@ var (
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{byType: map[string]Handler{}} }
 
-// Builtin returns a new registry holding the five built-in types.
-func Builtin() *Registry {
+// Builtin returns a new registry holding the five built-in types. nodeDrivers, when given,
+// are the only drivers a sysbox_node may name (the driver registry's node drivers).
+func Builtin(nodeDrivers ...string) *Registry {
 	r := NewRegistry()
-	for _, h := range []Handler{&Artifact{}, &Network{}, &Node{}, &Firewall{}, &Router{}} {
+	for _, h := range []Handler{&Artifact{}, &Network{}, &Node{Drivers: nodeDrivers}, &Firewall{}, &Router{}} {
 		if err := r.Register(h); err != nil {
 			panic(err) // programming error: built-in types are distinct
 		}

@@ -21,6 +21,9 @@ const (
 	Replace Action = "replace" // delete the prior object, then create the desired one
 	Delete  Action = "delete"
 	Unknown Action = "unknown" // observation unknown: cannot be applied
+	// Reset replaces a node's generation from its baseline (S15); only the executor's Reset
+	// produces it, never the planner.
+	Reset Action = "reset"
 )
 
 // Effect is what one attribute change does to its resource, as the handler's schema says.

@@ -19,9 +19,12 @@ const RecordKind = "sysbox-plan"
 // recordVersion is the record (file format) version this build writes and the newest it reads.
 const recordVersion = 1
 
-// WriteFile stores p durably at path (temp file, fsync, rename, directory fsync).
+// WriteFile stores p durably at path (temp file, fsync, rename, directory fsync). The file's
+// one format version is its record's; the payload does not repeat it.
 func WriteFile(path string, p *Plan) error {
-	b, err := durable.EncodeRecord(RecordKind, recordVersion, p)
+	stored := *p
+	stored.FormatVersion = ""
+	b, err := durable.EncodeRecord(RecordKind, recordVersion, &stored)
 	if err != nil {
 		return fmt.Errorf("write plan %s: %w", path, err)
 	}
@@ -34,8 +37,9 @@ func WriteFile(path string, p *Plan) error {
 // MaxPlanFile bounds a stored plan file (plans of thousands of resources stay far below it).
 const MaxPlanFile = 256 << 20
 
-// ReadFile loads a stored plan. A file of a newer format is an error wrapping
-// durable.ErrUnknownVersion; a damaged one wraps durable.ErrCorrupt.
+// ReadFile loads a stored plan. The format version is read before anything else: a file of a
+// newer format is a *durable.NewerFormatError ("plan format 2 is newer than this sysbox (1)",
+// wrapping durable.ErrUnknownVersion); a damaged one wraps durable.ErrCorrupt.
 func ReadFile(path string) (*Plan, error) {
 	b, err := config.ReadInput(path, MaxPlanFile)
 	if err != nil {
@@ -45,9 +49,11 @@ func ReadFile(path string) (*Plan, error) {
 	if _, err := durable.DecodeRecord([]byte(strings.TrimSpace(string(b))), RecordKind, recordVersion, &p); err != nil {
 		return nil, fmt.Errorf("read plan %s: %w", path, err)
 	}
-	if p.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("read plan %s: %w: plan format %q (this build reads %q)", path, durable.ErrUnknownVersion, p.FormatVersion, FormatVersion)
+	// Files written before the payload dropped its copy of the version say "1" there.
+	if p.FormatVersion != "" && p.FormatVersion != FormatVersion {
+		return nil, fmt.Errorf("read plan %s: %w: payload says plan format %q", path, durable.ErrCorrupt, p.FormatVersion)
 	}
+	p.FormatVersion = FormatVersion
 	if err := checkFingerprint(&p); err != nil {
 		return nil, fmt.Errorf("read plan %s: %w: %w", path, durable.ErrCorrupt, err)
 	}

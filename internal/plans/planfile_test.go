@@ -83,12 +83,46 @@ func TestPlanFileRejectsDamageAndNewerVersions(t *testing.T) {
 	if _, err := plans.ReadFile(path); !errors.Is(err, durable.ErrUnknownVersion) {
 		t.Errorf("newer record: got %v, want ErrUnknownVersion", err)
 	}
+	// A newer sysbox's plan says so by name, read before its (changed) payload is looked at.
+	os.WriteFile(path, []byte(`{"kind":"sysbox-plan","version":2,"sha256":"elsewhere","payload":{"actions":{"new":"shape"}},"signature":"x"}`+"\n"), 0o600)
+	_, err := plans.ReadFile(path)
+	var nf *durable.NewerFormatError
+	if !errors.As(err, &nf) || nf.Version != 2 || nf.Newest != 1 || !strings.Contains(err.Error(), "plan format 2 is newer than this sysbox (1)") {
+		t.Errorf("plan of a newer format: got %v, want a *durable.NewerFormatError saying plan format 2 is newer than this sysbox (1)", err)
+	}
+	// The payload no longer repeats the version; an old file's copy must agree with its record.
 	q := *p
 	q.FormatVersion = "9"
 	rec, _ := durable.EncodeRecord(plans.RecordKind, 1, &q)
 	os.WriteFile(path, rec, 0o600)
-	if _, err := plans.ReadFile(path); !errors.Is(err, durable.ErrUnknownVersion) {
-		t.Errorf("newer format_version: got %v, want ErrUnknownVersion", err)
+	if _, err := plans.ReadFile(path); !errors.Is(err, durable.ErrCorrupt) {
+		t.Errorf("payload format_version disagreeing with the record: got %v, want ErrCorrupt", err)
+	}
+	q.FormatVersion = "1" // as files before this change were written
+	rec, _ = durable.EncodeRecord(plans.RecordKind, 1, &q)
+	os.WriteFile(path, rec, 0o600)
+	if got, err := plans.ReadFile(path); err != nil || got.FormatVersion != plans.FormatVersion {
+		t.Errorf("plan file with the old payload version: got %v, %v", got, err)
+	}
+}
+
+// TestPlanFileOneVersionField: the stored plan carries its format version once, in the record.
+func TestPlanFileOneVersionField(t *testing.T) {
+	p, _ := basePlan(t)
+	path := filepath.Join(t.TempDir(), "lab.plan")
+	if err := plans.WriteFile(path, p); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	var rec struct {
+		Version int                        `json:"version"`
+		Payload map[string]json.RawMessage `json:"payload"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, dup := rec.Payload["format_version"]; rec.Version != 1 || dup {
+		t.Fatalf("stored plan: record version %d, payload format_version %s; want 1 and none", rec.Version, rec.Payload["format_version"])
 	}
 }
 

@@ -53,7 +53,7 @@ type Request struct {
 
 // Plan is the ordered action list and what it was computed from.
 type Plan struct {
-	FormatVersion string           `json:"format_version"`
+	FormatVersion string           `json:"format_version,omitempty"` // the JSON output's; stored plans carry only their record version
 	ToolVersion   string           `json:"tool_version"`
 	Mode          string           `json:"mode"` // "normal" or "destroy"
 	Targets       []string         `json:"targets,omitempty"`

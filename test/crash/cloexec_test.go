@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"zyvor.dev/sysbox/internal/exec/exectest"
+	"zyvor.dev/sysbox/internal/executor/exectest"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 

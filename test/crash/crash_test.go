@@ -17,11 +17,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"zyvor.dev/sysbox/internal/handlers"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/backend/local"
 	"zyvor.dev/sysbox/internal/driver/fake"
-	execpkg "zyvor.dev/sysbox/internal/exec"
-	"zyvor.dev/sysbox/internal/exec/exectest"
+	"zyvor.dev/sysbox/internal/executor"
+	"zyvor.dev/sysbox/internal/executor/exectest"
+	"zyvor.dev/sysbox/internal/executor/failpoint"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/internal/testenv"
 )
@@ -187,9 +190,11 @@ func agree(t *testing.T, dir, what string) {
 	refs := map[string]bool{}
 	var problems []string
 	nodes, nets, pols := 0, 0, 0
+	kinds := handlers.Builtin()
 	for _, r := range st.Resources {
-		switch execpkg.KindOfType[r.Addr.Resource.Type] {
-		case execpkg.KindNode:
+		kind, _ := kinds.Kind(r.Addr.Resource.Type)
+		switch kind {
+		case specs.KindNode:
 			nodes++
 			n := w.Nodes[r.ExternalID]
 			if n == nil || n.Marker != r.Owner.Marker() || !n.Running || n.Quiesced {
@@ -204,13 +209,13 @@ func agree(t *testing.T, dir, what string) {
 				}
 				refs[n.ID+"/"+at.Name] = true
 			}
-		case execpkg.KindNetwork:
+		case specs.KindNetwork:
 			nets++
 			if n := w.Networks[r.ExternalID]; n == nil || n.Marker != r.Owner.Marker() {
 				problems = append(problems, fmt.Sprintf("%s: network %s missing or foreign", r.Addr, r.ExternalID))
 			}
 			refs[r.ExternalID] = true
-		case execpkg.KindPolicy:
+		case specs.KindPolicy:
 			pols++
 			if p := w.Policies[r.ExternalID]; p == nil || p.Marker != r.Owner.Marker() {
 				problems = append(problems, fmt.Sprintf("%s: policy %s missing or foreign", r.Addr, r.ExternalID))
@@ -301,32 +306,34 @@ func TestKillRealBinaryAtEveryStep(t *testing.T) {
 		{"reset", applied, []string{"reset", "sysbox_node.web[0]"}, converged},
 	}
 	for _, sc := range scenarios {
-		for _, point := range []string{"checkpoint", "state", "mutation"} {
+		for _, point := range []string{executor.PointCheckpoint, executor.PointState, "mutation"} {
 			t.Run(sc.name+"/"+point, func(t *testing.T) {
 				base := newLab(t)
 				sc.setup(t, base)
-				kills := 0
-				for n := 1; n < 300; n++ {
-					dir := t.TempDir()
-					copyTree(t, base, dir)
-					env := []string{execpkg.EnvFailpoint + "=" + point + "@" + strconv.Itoa(n)}
-					if point == "mutation" {
-						env = []string{fake.EnvFailpoints + "=mutation@" + strconv.Itoa(n) + "=crash"}
-					}
-					r := run(t, dir, env, sc.args...)
-					if !r.Killed {
-						must(t, r, fmt.Sprintf("%v with %s@%d", sc.args, point, n))
-						break // beyond the last step: every step was covered
-					}
-					kills++
-					what := fmt.Sprintf("%s killed at %s@%d", strings.Join(sc.args, " "), point, n)
-					recovered(t, dir, what)
-					sc.after(t, dir, what)
-				}
-				if kills == 0 {
-					t.Fatalf("no kill at any %s", point)
-				}
-				t.Logf("%d kill points", kills)
+				exectest.KillLoop{Point: point, Exact: point != executor.PointState,
+					Run: func(t *testing.T, n int) (exectest.Outcome, int, string) {
+						dir := t.TempDir()
+						copyTree(t, base, dir)
+						before := mutations(t, dir)
+						trace := filepath.Join(t.TempDir(), "trace")
+						env := []string{failpoint.EnvTrace + "=" + trace, failpoint.EnvSpec + "=" + point + "@" + strconv.Itoa(n)}
+						if point == "mutation" {
+							env = []string{fake.EnvFailpoints + "=mutation@" + strconv.Itoa(n) + "=crash"}
+						}
+						r := run(t, dir, env, sc.args...)
+						if point == "mutation" {
+							passed := int(mutations(t, dir) - before)
+							if r.Killed {
+								passed-- // the nth mutation is persisted before its failpoint fires
+							}
+							return r, passed, dir
+						}
+						return r, exectest.Traced(t, trace, point), dir
+					},
+					After: func(t *testing.T, dir, what string) {
+						recovered(t, dir, what)
+						sc.after(t, dir, what)
+					}}.Kill(t, strings.Join(sc.args, " "))
 			})
 		}
 	}
@@ -338,7 +345,7 @@ func TestNoSecretInDurableFiles(t *testing.T) {
 	dir := newLab(t)
 	must(t, run(t, dir, nil, "apply", "-auto-approve"), "apply")
 	must(t, run(t, dir, nil, "reset", "sysbox_node.web[1]"), "reset")
-	r := run(t, dir, []string{execpkg.EnvFailpoint + "=checkpoint@6"}, "reset", "sysbox_node.web[0]")
+	r := run(t, dir, []string{failpoint.EnvSpec + "=" + executor.PointCheckpoint + "@6"}, "reset", "sysbox_node.web[0]")
 	if !r.Killed {
 		t.Fatalf("reset was not killed: %+v", r)
 	}
@@ -380,55 +387,47 @@ func TestKillRealBinaryRealDrivers(t *testing.T) {
 		{"reset", true, []string{"reset", "sysbox_node.web[0]", "sysbox_node.gw"}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
-			kills := 0
-			for n := 1; n < 200; n++ {
-				dir := t.TempDir()
-				copyTree(t, example, dir)
-				t.Cleanup(func() { real(t, dir, nil, "destroy", "-auto-approve") })
-				if sc.setup {
-					if r := real(t, dir, nil, "apply", "-auto-approve"); r.Killed || r.Code != 0 {
-						t.Fatalf("setup apply: %+v", r)
+			exectest.KillLoop{Point: executor.PointCheckpoint, Exact: true,
+				Run: func(t *testing.T, n int) (exectest.Outcome, int, string) {
+					dir := t.TempDir()
+					copyTree(t, example, dir)
+					t.Cleanup(func() { real(t, dir, nil, "destroy", "-auto-approve") })
+					if sc.setup {
+						if r := real(t, dir, nil, "apply", "-auto-approve"); r.Killed || r.Code != 0 {
+							t.Fatalf("setup apply: %+v", r)
+						}
 					}
-				}
-				r := real(t, dir, []string{execpkg.EnvFailpoint + "=checkpoint@" + strconv.Itoa(n)}, sc.args...)
-				what := fmt.Sprintf("%s killed at checkpoint@%d", strings.Join(sc.args, " "), n)
-				if !r.Killed {
+					trace := filepath.Join(t.TempDir(), "trace")
+					r := real(t, dir, []string{failpoint.EnvTrace + "=" + trace, failpoint.EnvSpec + "=" + executor.PointCheckpoint + "@" + strconv.Itoa(n)}, sc.args...)
+					return r, exectest.Traced(t, trace, executor.PointCheckpoint), dir
+				},
+				After: func(t *testing.T, dir, what string) {
+					if r := real(t, dir, nil, "recover"); r.Killed || r.Code != 0 {
+						// Killed while provisioners may have run: the node is tainted, never
+						// provisioned twice, and the next apply replaces it.
+						if r.Killed || r.Code != 1 || !strings.Contains(r.Out, "tainted") {
+							t.Fatalf("%s: recover: %+v", what, r)
+						}
+						if r := real(t, dir, nil, "apply", "-auto-approve"); r.Code != 0 || !strings.Contains(r.Out, "tainted") {
+							t.Fatalf("%s: apply replacing the tainted node: %+v", what, r)
+						}
+					}
+					r := real(t, dir, nil, "refresh")
 					if r.Code != 0 {
-						t.Fatalf("%s: %+v", what, r)
+						t.Fatalf("%s: refresh: %+v", what, r)
 					}
-					break // beyond the last step
-				}
-				kills++
-				if r := real(t, dir, nil, "recover"); r.Killed || r.Code != 0 {
-					// Killed while provisioners may have run: the node is tainted, never
-					// provisioned twice, and the next apply replaces it.
-					if r.Killed || r.Code != 1 || !strings.Contains(r.Out, "tainted") {
-						t.Fatalf("%s: recover: %+v", what, r)
+					for _, line := range strings.Split(strings.TrimSpace(r.Out), "\n") {
+						if strings.HasPrefix(line, "sysbox_") && !strings.HasSuffix(line, ": present") {
+							t.Fatalf("%s: after recovery: %s\n%s", what, line, r.Out)
+						}
 					}
-					if r := real(t, dir, nil, "apply", "-auto-approve"); r.Code != 0 || !strings.Contains(r.Out, "tainted") {
-						t.Fatalf("%s: apply replacing the tainted node: %+v", what, r)
+					if r := real(t, dir, nil, "recover"); r.Code != 0 || !strings.Contains(r.Out, "Nothing to recover") {
+						t.Fatalf("%s: second recover: %+v", what, r)
 					}
-				}
-				r = real(t, dir, nil, "refresh")
-				if r.Code != 0 {
-					t.Fatalf("%s: refresh: %+v", what, r)
-				}
-				for _, line := range strings.Split(strings.TrimSpace(r.Out), "\n") {
-					if strings.HasPrefix(line, "sysbox_") && !strings.HasSuffix(line, ": present") {
-						t.Fatalf("%s: after recovery: %s\n%s", what, line, r.Out)
+					if r := real(t, dir, nil, "destroy", "-auto-approve"); r.Code != 0 || !strings.Contains(r.Out, "Residue audit: no object") {
+						t.Fatalf("%s: destroy: %+v", what, r)
 					}
-				}
-				if r := real(t, dir, nil, "recover"); r.Code != 0 || !strings.Contains(r.Out, "Nothing to recover") {
-					t.Fatalf("%s: second recover: %+v", what, r)
-				}
-				if r := real(t, dir, nil, "destroy", "-auto-approve"); r.Code != 0 || !strings.Contains(r.Out, "Residue audit: no object") {
-					t.Fatalf("%s: destroy: %+v", what, r)
-				}
-			}
-			if kills == 0 {
-				t.Fatal("no kill happened")
-			}
-			t.Logf("%d kill points", kills)
+				}}.Kill(t, strings.Join(sc.args, " "))
 		})
 	}
 }

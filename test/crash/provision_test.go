@@ -10,7 +10,9 @@ import (
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver/fake"
-	execpkg "zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/executor"
+	"zyvor.dev/sysbox/internal/executor/failpoint"
+	"zyvor.dev/sysbox/internal/specs"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -68,7 +70,7 @@ func TestProvisionerExactlyOnceOrTainted(t *testing.T) {
 		if k, ok := strings.CutPrefix(p, "exec@"); ok {
 			env = []string{fake.EnvFailpoints + "=Exec@" + k + "=crash"}
 		} else {
-			env = []string{execpkg.EnvFailpoint + "=" + p}
+			env = []string{failpoint.EnvSpec + "=" + p}
 		}
 		r := run(t, dir, env, "apply", "-auto-approve")
 		if !r.Killed {
@@ -80,17 +82,17 @@ func TestProvisionerExactlyOnceOrTainted(t *testing.T) {
 		}
 		kills++
 		what := "apply killed at " + p
-		it, err := execpkg.ReadLog(filepath.Join(dir, ".sysbox"))
+		it, err := executor.ReadLog(filepath.Join(dir, ".sysbox"))
 		if err != nil || it == nil {
 			t.Fatalf("%s: checkpoint log: %v (%v)", what, it, err)
 		}
 		var want []string // nodes whose provisioners may have run
 		mayRun := 0       // provisioners recovery may run (nodes that had not begun them)
 		for _, op := range it.Ops {
-			if op.Action.Kind != execpkg.KindNode || op.Step.Terminal() || pastProvisioning[op.Step] {
+			if op.Action.Kind != specs.KindNode || op.Step.Terminal() || pastProvisioning[op.Step] {
 				continue
 			}
-			if op.Step == execpkg.StepProvisioning {
+			if op.Step == executor.StepProvisioning {
 				want = append(want, op.Addr)
 			} else {
 				mayRun += len(op.Action.Node.Provisioners)
@@ -103,7 +105,7 @@ func TestProvisionerExactlyOnceOrTainted(t *testing.T) {
 		}
 		if strings.HasPrefix(p, "exec@") || strings.HasPrefix(p, "provisioner@") {
 			if len(want) != 1 {
-				t.Fatalf("%s: %d operations at step %q in the checkpoint, want 1", what, len(want), execpkg.StepProvisioning)
+				t.Fatalf("%s: %d operations at step %q in the checkpoint, want 1", what, len(want), executor.StepProvisioning)
 			}
 		}
 		if len(want) == 0 {
@@ -160,8 +162,8 @@ func planReplaces(out, addr string) bool {
 }
 
 // pastProvisioning are the node steps recorded after every provisioner returned.
-var pastProvisioning = map[execpkg.Step]bool{execpkg.StepProvisioned: true, execpkg.StepReapplied: true,
-	execpkg.StepStateSaved: true, execpkg.StepCleaned: true}
+var pastProvisioning = map[executor.Step]bool{executor.StepProvisioned: true, executor.StepReapplied: true,
+	executor.StepStateSaved: true, executor.StepCleaned: true}
 
 func mustParse(t *testing.T, a string) addrs.Instance {
 	t.Helper()

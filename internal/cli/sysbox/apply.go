@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"zyvor.dev/sysbox/internal/addrs"
-	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/executor"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/states"
 )
@@ -74,8 +74,8 @@ func (a *App) runApply(ctx context.Context, f *applyFlags, planFile string) erro
 		destroy = stored.Mode == "destroy"
 	}
 	approved := f.autoApprove || stored != nil // a stored plan was reviewed when it was made
-	xp := &exec.Plan{Outputs: outputsOf(rt)}
-	xp.Prepare = func(ctx context.Context, st *states.State) ([]exec.Action, error) {
+	xp := &executor.Request{Outputs: outputsOf(rt)}
+	xp.Prepare = func(ctx context.Context, st *states.State) ([]executor.Action, error) {
 		fresh, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: priorOf(st), Facts: rt.facts, Destroy: destroy, Targets: targets})
 		if err != nil {
 			return nil, err
@@ -99,7 +99,7 @@ func (a *App) runApply(ctx context.Context, f *applyFlags, planFile string) erro
 				return nil, fmt.Errorf("apply cancelled; nothing was changed")
 			}
 		}
-		return exec.FromPlan(p, st)
+		return executor.FromPlan(p, st, rt.l.reg)
 	}
 	res, err := rt.ex.Apply(ctx, xp)
 	a.renderRecovered(res.Recovered)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"zyvor.dev/sysbox/internal/config"
-	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/executor"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/states"
 )
@@ -50,8 +50,8 @@ func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
 		return err
 	}
 	defer rt.close()
-	xp := &exec.Plan{Drivers: configDrivers(rt.l.top)}
-	xp.Prepare = func(ctx context.Context, st *states.State) ([]exec.Action, error) {
+	xp := &executor.Request{Drivers: configDrivers(rt.l.top)}
+	xp.Prepare = func(ctx context.Context, st *states.State) ([]executor.Action, error) {
 		p, err := rt.planner.Plan(plans.Request{Topology: rt.l.top, Prior: priorOf(st), Destroy: true})
 		if err != nil {
 			return nil, err
@@ -68,11 +68,11 @@ func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
 				return nil, fmt.Errorf("destroy cancelled; nothing was changed")
 			}
 		}
-		return exec.FromPlan(p, st)
+		return executor.FromPlan(p, st, rt.l.reg)
 	}
 	res, residue, err := rt.ex.Destroy(ctx, xp)
 	a.renderRecovered(res.Recovered)
-	var re *exec.ResidueError
+	var re *executor.ResidueError
 	if f.asJSON {
 		type out struct {
 			Done    int    `json:"done"`

@@ -15,7 +15,7 @@ import (
 	"zyvor.dev/sysbox/internal/backend/backends"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
-	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/executor"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/secrets"
 )
@@ -28,33 +28,45 @@ import (
 // the real drivers.
 const EnvTestFakeWorld = "SYSBOX_TEST_FAKE_WORLD"
 
-// testRegistry builds test mode's registry (the fake world at the given path standing in for
-// builtinDriverNames). Only test builds set it (fakeworld_sysboxtest.go, the package's tests),
-// so that a normal build neither links the fake nor honours EnvTestFakeWorld.
-var testRegistry func(world string) (*driver.Registry, error)
+// testRegistry builds test mode's registry (the fake world at the given path standing in under
+// each of the given driver names). Only test builds set it (fakeworld_sysboxtest.go, the
+// package's tests), so that a normal build neither links the fake nor honours EnvTestFakeWorld.
+var testRegistry func(world string, names []string) (*driver.Registry, error)
 
-// builtinDriverNames are the drivers sysbox ships with; the fake stands in for each in test mode.
-var builtinDriverNames = []string{"netns", "nftables", "docker"}
+// builtinDrivers register the drivers sysbox ships with; the registry they fill is the one
+// list of driver names (in test mode the fake stands in under each of them).
+var builtinDrivers = []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register}
 
 // DriverRegistry builds the registry of this process: the built-in drivers, or in test mode
 // (EnvTestFakeWorld set in the environment lookup) the fake under their names. This is the one
 // place that knows the concrete drivers; cmd/sysbox hands it to Env.Drivers.
 func DriverRegistry(lookup func(string) (string, bool)) (*driver.Registry, error) {
+	r := driver.NewRegistry()
+	for _, reg := range builtinDrivers {
+		if err := reg(r); err != nil {
+			return nil, err
+		}
+	}
 	if lookup != nil {
 		if world, ok := lookup(EnvTestFakeWorld); ok && world != "" {
 			if testRegistry == nil {
 				return nil, fmt.Errorf("%s is set, but this sysbox is not a test build (build tag sysboxtest): refusing to run rather than use the real drivers; unset it", EnvTestFakeWorld)
 			}
-			return testRegistry(world)
-		}
-	}
-	r := driver.NewRegistry()
-	for _, reg := range []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register} {
-		if err := reg(r); err != nil {
-			return nil, err
+			return testRegistry(world, r.Names())
 		}
 	}
 	return r, nil
+}
+
+// nodeDrivers lists the drivers of r that run nodes: the names a sysbox_node may choose.
+func nodeDrivers(r *driver.Registry) []string {
+	var out []string
+	for _, n := range r.Names() {
+		if r.Has(n, driver.CapNodeLifecycle) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // registry returns the registry the executing commands use: Env.Drivers when it yields a
@@ -86,7 +98,7 @@ type runFlags struct {
 
 func addRunFlags(cmd *cobra.Command, f *runFlags) {
 	addVarFlags(cmd, &f.vars)
-	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, fmt.Sprintf("run at most `N` operations at once (default: the substrate's parallelism, else %d)", exec.DefaultParallelism))
+	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, fmt.Sprintf("run at most `N` operations at once (default: the substrate's parallelism, else %d)", executor.DefaultParallelism))
 	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", 0, "wait up to `DURATION` for a held state lock (0: fail at once)")
 	cmd.Flags().BoolVar(&f.allowUnsafe, "allow-unsafe-state", false, "change state through a backend without locking or compare-and-swap (only if nothing else writes it)")
 }
@@ -97,7 +109,7 @@ type runtime struct {
 	l       *loaded
 	reg     *driver.Registry
 	mgr     *backend.Manager
-	ex      *exec.Executor
+	ex      *executor.Executor
 	facts   plans.Facts
 	planner *plans.Planner
 	close   func()
@@ -107,6 +119,11 @@ type runtime struct {
 // secret resolver is execution-scoped: it reads the environment only when a provider call
 // needs a value.
 func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*runtime, error) {
+	// First, before anything is read or touched: a normal build refuses crash-test failpoints.
+	afterDurable, err := a.executorFailpoints()
+	if err != nil {
+		return nil, err
+	}
 	l, err := a.loadTopology(&f.vars)
 	if err != nil {
 		return nil, err
@@ -139,7 +156,7 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 	}
 	redactor := &secrets.Redactor{}
 	res := &secrets.EnvResolver{Lookup: a.Env.LookupEnv, Redactor: redactor}
-	rt.ex = &exec.Executor{
+	rt.ex = &executor.Executor{
 		Registry:    reg,
 		State:       mgr.Store(),
 		Dir:         filepath.Join(a.dir(), ".sysbox"),
@@ -147,7 +164,9 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 		Resolve: func(ctx context.Context, s string) (string, error) {
 			return secrets.ResolveString(ctx, res, s)
 		},
-		Progress: newProgress(a, redactor).event,
+		Progress:     newProgress(a, redactor).event,
+		AfterDurable: afterDurable,
+		Resources:    l.reg,
 	}
 	return rt, nil
 }
@@ -171,7 +190,7 @@ func (a *App) openConfiguredBackend(ctx context.Context, b *config.NamedAttrs) (
 
 // desired plans the configuration against st (read-only use: reset, refresh, import) and
 // returns executor actions carrying every configured resource's desired spec.
-func (rt *runtime) desired(ctx context.Context) ([]exec.Action, *plans.Plan, error) {
+func (rt *runtime) desired(ctx context.Context) ([]executor.Action, *plans.Plan, error) {
 	st, err := rt.mgr.Read(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -180,7 +199,7 @@ func (rt *runtime) desired(ctx context.Context) ([]exec.Action, *plans.Plan, err
 	if err != nil {
 		return nil, nil, err
 	}
-	acts, err := exec.FromPlan(p, st)
+	acts, err := executor.FromPlan(p, st, rt.l.reg)
 	return acts, p, err
 }
 
@@ -192,16 +211,16 @@ type progress struct {
 
 func newProgress(a *App, r *secrets.Redactor) *progress { return &progress{app: a, redactor: r} }
 
-var opVerb = map[exec.Op][2]string{
-	exec.OpCreate:  {"Creating...", "Creation complete"},
-	exec.OpRead:    {"Reading...", "Read complete"},
-	exec.OpUpdate:  {"Modifying...", "Modifications complete"},
-	exec.OpReplace: {"Replacing...", "Replacement complete"},
-	exec.OpDelete:  {"Destroying...", "Destruction complete"},
-	exec.OpReset:   {"Resetting...", "Reset complete"},
+var opVerb = map[plans.Action][2]string{
+	plans.Create:  {"Creating...", "Creation complete"},
+	plans.Read:    {"Reading...", "Read complete"},
+	plans.Update:  {"Modifying...", "Modifications complete"},
+	plans.Replace: {"Replacing...", "Replacement complete"},
+	plans.Delete:  {"Destroying...", "Destruction complete"},
+	plans.Reset:   {"Resetting...", "Reset complete"},
 }
 
-func (p *progress) event(ev exec.Event) {
+func (p *progress) event(ev executor.Event) {
 	v, ok := opVerb[ev.Op]
 	if !ok {
 		v = [2]string{string(ev.Op) + "...", string(ev.Op) + " complete"}
@@ -227,7 +246,7 @@ func (p *progress) event(ev exec.Event) {
 }
 
 // summary renders a run's result line.
-func runSummary(verb string, res *exec.Result) string {
+func runSummary(verb string, res *executor.Result) string {
 	if res == nil {
 		return ""
 	}
@@ -240,7 +259,7 @@ func runSummary(verb string, res *exec.Result) string {
 }
 
 // renderRecovered reports what an automatic recovery did before the command.
-func (a *App) renderRecovered(rep *exec.RecoverReport) {
+func (a *App) renderRecovered(rep *executor.RecoverReport) {
 	if rep == nil || rep.Nothing {
 		return
 	}

@@ -10,6 +10,6 @@ import (
 // Test builds (go build -tags sysboxtest) honour SYSBOX_TEST_FAKE_WORLD; only they link the fake.
 func init() { testRegistry = fakeWorld }
 
-func fakeWorld(world string) (*driver.Registry, error) {
-	return fake.StandIn(world, builtinDriverNames...)
+func fakeWorld(world string, names []string) (*driver.Registry, error) {
+	return fake.StandIn(world, names...)
 }

@@ -13,7 +13,7 @@ import (
 
 // The package's own tests drive the CLI in process against the fake world.
 func init() {
-	testRegistry = func(world string) (*driver.Registry, error) { return fake.StandIn(world, builtinDriverNames...) }
+	testRegistry = func(world string, names []string) (*driver.Registry, error) { return fake.StandIn(world, names...) }
 }
 
 func TestFakeWorldRefusedOutsideTestBuilds(t *testing.T) {

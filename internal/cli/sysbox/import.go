@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/executor"
 )
 
 func init() { register(newImportCommand) }
@@ -43,7 +43,7 @@ Anything less is incomplete evidence: the import fails and nothing is touched.`,
 			if err != nil {
 				return err
 			}
-			var want *exec.Action
+			var want *executor.Action
 			for i := range desired {
 				if desired[i].Addr.Equal(addr) {
 					want = &desired[i]

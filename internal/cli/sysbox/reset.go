@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"zyvor.dev/sysbox/internal/exec"
+	"zyvor.dev/sysbox/internal/executor"
 )
 
 func init() { register(newResetCommand) }
@@ -34,7 +34,7 @@ the prior generation after re-checking its ownership markers. No other node is t
 			if err != nil {
 				return err
 			}
-			res, err := rt.ex.Reset(cmd.Context(), exec.ResetRequest{Targets: targets, Desired: desired, Fingerprint: p.Fingerprint.ActionsDigest})
+			res, err := rt.ex.Reset(cmd.Context(), executor.ResetRequest{Targets: targets, Desired: desired, Fingerprint: p.Fingerprint.ActionsDigest})
 			app.renderRecovered(res.Recovered)
 			if s := runSummary("Reset", res); s != "" && res.Done+len(res.Failed) > 0 {
 				fmt.Fprintln(app.Env.Stdout, s)

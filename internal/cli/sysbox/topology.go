@@ -44,7 +44,11 @@ type loaded struct {
 // loadTopology reads and evaluates the topology: variables from SYSBOX_VAR_*, then var files,
 // then -var (later wins).
 func (a *App) loadTopology(vf *varFlags) (*loaded, error) {
-	reg := handlers.Builtin()
+	drivers, err := a.registry()
+	if err != nil {
+		return nil, err
+	}
+	reg := handlers.Builtin(nodeDrivers(drivers)...)
 	l := &loaded{reg: reg}
 	mod, src, diags := config.Load(a.dir())
 	l.sources = src

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
@@ -36,12 +38,38 @@ type Executor struct {
 	Progress func(Event)
 	// Now returns the current time (UTC); nil means time.Now.
 	Now func() time.Time
+	// AfterDurable, when set, is called with PointCheckpoint right after each checkpoint
+	// record is durable (the run header counts as the first), with PointState right after
+	// each state save and with PointProvisioner right after each provisioner returned. Crash tests kill the process there; nothing else should set it.
+	AfterDurable func(point string)
+	// Resources knows each resource type's kind (the handler registry); resources found only
+	// in state (destroy, refresh, orphans) are operated by it.
+	Resources Resources
 }
+
+// kindOf returns the kind of addr's resource type ("" when unknown or without Resources).
+func (e *Executor) kindOf(addr addrs.Instance) specs.Kind {
+	if e.Resources == nil {
+		return ""
+	}
+	k, _ := e.Resources.Kind(addr.Resource.Type)
+	return k
+}
+
+// The points AfterDurable reports, listed in FailPoints.
+const (
+	PointCheckpoint  = "checkpoint"
+	PointState       = "state"
+	PointProvisioner = "provisioner" // right after each provisioner returned, before its outcome is recorded
+)
+
+// FailPoints are the names AfterDurable is called with.
+var FailPoints = []string{PointCheckpoint, PointState, PointProvisioner}
 
 // Event reports an operation's progress.
 type Event struct {
 	Addr    string
-	Op      Op
+	Op      plans.Action
 	Phase   string // "start" | "done" | "failed" | "skipped"
 	Err     error
 	Elapsed time.Duration
@@ -179,20 +207,20 @@ func (s *session) close() {
 // requiredCaps lists what an action needs of its driver.
 func requiredCaps(a *Action) []driver.Capability {
 	switch a.Kind {
-	case KindArtifact:
+	case specs.KindArtifact:
 		return []driver.Capability{driver.CapArtifact}
-	case KindNetwork:
+	case specs.KindNetwork:
 		return []driver.Capability{driver.CapManagedNetwork}
-	case KindNode:
+	case specs.KindNode:
 		caps := []driver.Capability{driver.CapNodeLifecycle}
-		if a.Op == OpReset {
+		if a.Op == plans.Reset {
 			caps = append(caps, driver.CapReset)
 		}
 		if a.Node != nil && len(a.Node.Attachments) > 0 {
 			caps = append(caps, driver.CapNIC)
 		}
 		return caps
-	case KindPolicy:
+	case specs.KindPolicy:
 		return []driver.Capability{driver.CapPolicy}
 	}
 	return nil
@@ -207,7 +235,7 @@ func (e *Executor) Check(actions []Action) error {
 			errs = append(errs, err)
 			continue
 		}
-		if a.Op == OpNoop || a.Driver == "" {
+		if a.Op == plans.NoOp || a.Driver == "" {
 			continue
 		}
 		if err := e.Registry.Require(a.Addr.String(), a.Driver, requiredCaps(a)...); err != nil {
@@ -219,7 +247,7 @@ func (e *Executor) Check(actions []Action) error {
 
 // Apply executes plan: verify (stale plan, capabilities) before any provider call, snapshot
 // before destructive steps, then walk the actions with bounded parallelism.
-func (e *Executor) Apply(ctx context.Context, plan *Plan) (*Result, error) {
+func (e *Executor) Apply(ctx context.Context, plan *Request) (*Result, error) {
 	s, rep, err := e.open(ctx, "apply")
 	if err != nil {
 		return &Result{Recovered: rep}, err
@@ -238,7 +266,7 @@ func (e *Executor) Apply(ctx context.Context, plan *Plan) (*Result, error) {
 }
 
 // prepare verifies the plan against st and returns its actions.
-func (p *Plan) prepare(ctx context.Context, st *states.State) ([]Action, error) {
+func (p *Request) prepare(ctx context.Context, st *states.State) ([]Action, error) {
 	if p.Verify != nil {
 		if err := p.Verify(ctx, st); err != nil {
 			return nil, err
@@ -256,10 +284,10 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 	work := 0
 	destructive := false
 	for _, a := range actions {
-		if a.Op != OpNoop {
+		if a.Op != plans.NoOp {
 			work++
 		}
-		if a.Op == OpDelete || a.Op == OpReplace || a.Op == OpReset {
+		if a.Op == plans.Delete || a.Op == plans.Replace || a.Op == plans.Reset {
 			destructive = true
 		}
 	}
@@ -282,7 +310,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 			return res, fmt.Errorf("snapshot before %s: %w", command, err)
 		}
 	}
-	sv := newSaver(e.State, s.st, e.now)
+	sv := newSaver(e.State, s.st, e.now, e.AfterDurable)
 	if s.st.Serial == 0 {
 		// Make the lineage durable before any object carries it in its markers.
 		if err := sv.commit(ctx, func(*states.State) {}); err != nil {
@@ -290,14 +318,14 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 		}
 	}
 	log, err := CreateLog(e.Dir, RunHeader{Run: newRunID(), Command: command, Lineage: s.st.Lineage,
-		Serial: s.st.Serial, Fingerprint: fingerprint, Started: e.now()})
+		Serial: s.st.Serial, Fingerprint: fingerprint, Started: e.now()}, e.AfterDurable)
 	if err != nil {
 		return res, err
 	}
 	r := &run{e: e, log: log, sv: sv, lineage: s.st.Lineage, fingerprint: fingerprint}
 	ops := make([]*OpState, len(actions))
 	for i := range actions {
-		if actions[i].Op == OpNoop {
+		if actions[i].Op == plans.NoOp {
 			res.Noop++
 			continue
 		}
@@ -379,11 +407,11 @@ func (r *run) begin(a *Action) *OpState {
 	gen := uint64(1)
 	if prior != nil {
 		switch a.Op {
-		case OpReplace, OpReset:
+		case plans.Replace, plans.Reset:
 			gen = prior.Owner.Generation + 1
-		case OpUpdate, OpDelete, OpRead:
+		case plans.Update, plans.Delete, plans.Read:
 			gen = prior.Owner.Generation
-		case OpCreate:
+		case plans.Create:
 			gen = prior.Owner.Generation + 1 // state still holds something: never reuse its markers
 		}
 	}
@@ -397,8 +425,8 @@ func (r *run) begin(a *Action) *OpState {
 // priorObject captures what an operation will remove. Called with the state locked.
 func (r *run) priorObject(st *states.State, a *Action, p *states.Resource) *PriorObject {
 	po := &PriorObject{Owner: p.Owner, Handle: handleOf(p), Attachments: p.Attachments}
-	if a.Kind == KindPolicy {
-		node := policyNode(a, p)
+	if a.Kind == specs.KindPolicy {
+		node := r.e.policyNode(a, p)
 		if n := st.Resource(node); n != nil {
 			h := handleOf(n)
 			po.Node = &h
@@ -409,13 +437,13 @@ func (r *run) priorObject(st *states.State, a *Action, p *states.Resource) *Prio
 
 // policyNode finds the node a policy lives in: the desired spec's, else the one dependency of
 // kind node recorded in state.
-func policyNode(a *Action, p *states.Resource) addrs.Instance {
+func (e *Executor) policyNode(a *Action, p *states.Resource) addrs.Instance {
 	if a.Policy != nil {
 		return a.Policy.Node
 	}
 	if p != nil {
 		for _, d := range p.Dependencies {
-			if KindOfType[d.Resource.Type] == KindNode {
+			if e.kindOf(d) == specs.KindNode {
 				return d
 			}
 		}
@@ -528,9 +556,9 @@ func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState) []erro
 
 func needsRemoval(op *OpState) bool {
 	switch op.Op {
-	case OpDelete:
+	case plans.Delete:
 		return !op.Step.Terminal()
-	case OpReplace:
+	case plans.Replace:
 		return !op.Step.atLeast(StepDeleted) && !op.Step.Terminal()
 	}
 	return false
@@ -538,7 +566,7 @@ func needsRemoval(op *OpState) bool {
 
 func needsCreation(op *OpState) bool {
 	switch op.Op {
-	case OpDelete, OpNoop:
+	case plans.Delete, plans.NoOp:
 		return false
 	}
 	return !op.Step.Terminal()
@@ -645,7 +673,7 @@ func (r *run) resolveEnv(ctx context.Context, env map[string]string) (map[string
 
 // summary is the public attribute record the executor stores when the handler gave none.
 type summary struct {
-	Kind       Kind                        `json:"kind"`
+	Kind       specs.Kind                  `json:"kind"`
 	Generation uint64                      `json:"generation,omitempty"`
 	Artifact   *substrate.ArtifactIdentity `json:"artifact,omitempty"`
 	Node       string                      `json:"node,omitempty"`

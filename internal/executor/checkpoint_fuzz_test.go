@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -15,12 +16,12 @@ import (
 // taken from the test topology) and returns its bytes.
 func validLog(f *testing.F) []byte {
 	dir := f.TempDir()
-	l, err := CreateLog(dir, RunHeader{Run: "run-1", Command: "apply", Lineage: "lin", Serial: 3, Fingerprint: "fp", Started: time.Unix(0, 0).UTC()})
+	l, err := CreateLog(dir, RunHeader{Run: "run-1", Command: "apply", Lineage: "lin", Serial: 3, Fingerprint: "fp", Started: time.Unix(0, 0).UTC()}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
 	for _, a := range topology(1, 2, true) {
-		op := &OpState{Addr: a.Addr.String(), Op: OpCreate, Fingerprint: "fp", Action: a}
+		op := &OpState{Addr: a.Addr.String(), Op: plans.Create, Fingerprint: "fp", Action: a}
 		for _, s := range []Step{StepBegin, StepCreated, StepProvisioning, StepDone} {
 			op.Step = s
 			if s == StepCreated {

@@ -1,4 +1,4 @@
-// Package exec is sysbox's checkpointed executor (S14), its crash recovery, node reset (S15),
+// Package executor is sysbox's checkpointed executor (S14), its crash recovery, node reset (S15),
 // destroy with ownership-checked residue audit (S16), refresh, import (S22) and guest exec.
 //
 // An apply runs like this: take the state lock; read the state and refuse it if it lacks the
@@ -30,4 +30,4 @@
 //     with the object's markers and refuses on mismatch or incomplete evidence. Reset deletes the
 //     prior generation only after the replacement was observed present and state was saved.
 //   - The executor never interprets provider-private envelopes; it stores and passes them.
-package exec
+package executor

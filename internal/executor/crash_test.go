@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver/fake"
-	"zyvor.dev/sysbox/internal/exec/exectest"
+	"zyvor.dev/sysbox/internal/executor/exectest"
+	"zyvor.dev/sysbox/internal/executor/failpoint"
 )
 
 // The crash tests run the executor in a separate process (this test binary re-executed in
@@ -47,6 +48,14 @@ func crashHelper(dir, cmd string) int {
 	if p, err := strconv.Atoi(os.Getenv("SYSBOX_CRASH_PARALLELISM")); err == nil {
 		h.ex.Parallelism = p
 	}
+	fp, err := failpoint.FromEnv(os.LookupEnv, FailPoints)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	if fp != nil {
+		h.ex.AfterDurable = fp.Hit
+	}
 	ctx := context.Background()
 	st, err := h.store.Read(ctx)
 	if err != nil {
@@ -56,9 +65,9 @@ func crashHelper(dir, cmd string) int {
 	desired := crashDesired()
 	switch cmd {
 	case "apply":
-		_, err = h.ex.Apply(ctx, &Plan{Fingerprint: "fp-crash", Actions: planFor(st, desired)})
+		_, err = h.ex.Apply(ctx, &Request{Fingerprint: "fp-crash", Actions: planFor(st, desired)})
 	case "replace":
-		_, err = h.ex.Apply(ctx, &Plan{Fingerprint: "fp-crash-replace", Actions: planFor(st, desired, "sysbox_node.web[1]", "sysbox_firewall.web0")})
+		_, err = h.ex.Apply(ctx, &Request{Fingerprint: "fp-crash-replace", Actions: planFor(st, desired, "sysbox_node.web[1]", "sysbox_firewall.web0")})
 	case "destroy":
 		_, _, err = h.ex.Destroy(ctx, nil)
 	case "reset":
@@ -157,55 +166,53 @@ func TestCrashAtEveryStep(t *testing.T) {
 			convergeApply(t, dir)
 		}},
 	}
-	points := []string{"checkpoint", "state", "mutation"}
 	for _, sc := range scenarios {
-		for _, point := range points {
+		for _, point := range []string{PointCheckpoint, PointState, "mutation"} {
 			t.Run(sc.name+"/"+point, func(t *testing.T) {
 				base := t.TempDir()
 				sc.setup(t, base)
-				kills := 0
-				for n := 1; n < 500; n++ {
-					dir := t.TempDir()
-					copyDir(t, base, dir)
-					var env []string
-					if point == "mutation" {
-						env = []string{fake.EnvFailpoints + "=mutation@" + strconv.Itoa(n) + "=crash"}
-					} else {
-						env = []string{EnvFailpoint + "=" + point + "@" + strconv.Itoa(n)}
-					}
-					r := runHelper(t, dir, sc.cmd, env...)
-					if !r.Killed {
-						if r.Code != 0 {
-							t.Fatalf("%s with %s@%d: exit %d: %s", sc.cmd, point, n, r.Code, r.Out)
-						}
-						break // the failpoint lies beyond the last step: every step was covered
-					}
-					kills++
-					checkRecovered(t, dir, fmt.Sprintf("%s killed at %s@%d", sc.cmd, point, n))
+				killAtEach(t, base, sc.cmd, point, func(t *testing.T, dir, what string) {
+					checkRecovered(t, dir, what)
 					sc.converge(t, dir)
-				}
-				if kills == 0 {
-					t.Fatalf("no kill happened at any %s", point)
-				}
-				t.Logf("%d kill points", kills)
+				})
 			})
 		}
 	}
 }
 
+// killAtEach runs cmd on fresh copies of base killed at each point of its class (a FailPoints
+// name, or "mutation": the fake driver's persisted mutations) and calls after with every
+// killed directory. Each run counts the points it passed from the failpoint trace or the fake
+// world's mutation counter (see exectest.KillLoop).
+func killAtEach(t *testing.T, base, cmd, point string, after func(t *testing.T, dir, what string), env ...string) {
+	t.Helper()
+	exectest.KillLoop{Point: point, Exact: point != PointState, After: after,
+		Run: func(t *testing.T, n int) (exectest.Outcome, int, string) {
+			dir := t.TempDir()
+			copyDir(t, base, dir)
+			before := openDir(t, dir).fake.World().Mutations
+			trace := filepath.Join(t.TempDir(), "trace")
+			runEnv := append(env[:len(env):len(env)], failpoint.EnvTrace+"="+trace)
+			if point == "mutation" {
+				runEnv = append(runEnv, fake.EnvFailpoints+"=mutation@"+strconv.Itoa(n)+"=crash")
+			} else {
+				runEnv = append(runEnv, failpoint.EnvSpec+"="+point+"@"+strconv.Itoa(n))
+			}
+			r := runHelper(t, dir, cmd, runEnv...)
+			if point == "mutation" {
+				passed := int(openDir(t, dir).fake.World().Mutations - before)
+				if r.Killed {
+					passed-- // the nth mutation is persisted before its failpoint fires
+				}
+				return r, passed, dir
+			}
+			return r, exectest.Traced(t, trace, point), dir
+		}}.Kill(t, cmd)
+}
+
 // TestCrashParallel kills a parallel apply (records group-committed) at every checkpoint.
 func TestCrashParallel(t *testing.T) {
-	for n := 1; n < 500; n++ {
-		dir := t.TempDir()
-		r := runHelper(t, dir, "apply", EnvFailpoint+"=checkpoint@"+strconv.Itoa(n), "SYSBOX_CRASH_PARALLELISM=8")
-		if !r.Killed {
-			if r.Code != 0 {
-				t.Fatalf("exit %d: %s", r.Code, r.Out)
-			}
-			return
-		}
-		checkRecovered(t, dir, fmt.Sprintf("parallel apply killed at checkpoint@%d", n))
-	}
+	killAtEach(t, t.TempDir(), "apply", PointCheckpoint, checkRecovered, "SYSBOX_CRASH_PARALLELISM=8")
 }
 
 func openDir(t *testing.T, dir string) *harness {
@@ -256,26 +263,12 @@ func checkRecovered(t *testing.T, dir, what string) {
 func TestCrashDuringRecovery(t *testing.T) {
 	for _, n := range []int{8, 14, 20} { // inside node creation (created, attached, wired …)
 		base := t.TempDir()
-		r := runHelper(t, base, "apply", EnvFailpoint+"=checkpoint@"+strconv.Itoa(n))
+		r := runHelper(t, base, "apply", failpoint.EnvSpec+"="+PointCheckpoint+"@"+strconv.Itoa(n))
 		if !r.Killed {
-			t.Fatalf("apply not killed at checkpoint@%d", n)
+			t.Fatalf("apply not killed at checkpoint@%d: %+v", n, r)
 		}
-		kills := 0
-		for m := 1; m < 100; m++ {
-			dir := t.TempDir()
-			copyDir(t, base, dir)
-			r := runHelper(t, dir, "recover", EnvFailpoint+"=checkpoint@"+strconv.Itoa(m))
-			if !r.Killed {
-				if r.Code != 0 {
-					t.Fatalf("recover with checkpoint@%d: %+v", m, r)
-				}
-				break
-			}
-			kills++
-			checkRecovered(t, dir, fmt.Sprintf("apply killed at checkpoint@%d, its recovery at checkpoint@%d", n, m))
-		}
-		if kills == 0 {
-			t.Fatalf("recovery after checkpoint@%d wrote no checkpoint", n)
-		}
+		t.Run(fmt.Sprintf("apply-killed-at-%d", n), func(t *testing.T) {
+			killAtEach(t, base, "recover", PointCheckpoint, checkRecovered)
+		})
 	}
 }

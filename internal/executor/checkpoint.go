@@ -1,14 +1,13 @@
-package exec
+package executor
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
+	"zyvor.dev/sysbox/internal/plans"
 
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -45,7 +44,7 @@ const (
 
 var stepRank = map[Step]int{
 	StepBegin: 0, StepVerified: 1, StepDetached: 2, StepDeleted: 3, StepCreated: 4, StepAttached: 5,
-	StepWired: 6, StepStarted: 7, StepApplied: 8, StepObserved: 9, StepProvisioned: 10, StepReapplied: 11,
+	StepWired: 6, StepStarted: 7, StepApplied: 8, StepObserved: 9, StepProvisioning: 9, StepProvisioned: 10, StepReapplied: 11,
 	StepStateSaved: 12, StepCleaned: 13, StepDone: 14, StepFailed: 14,
 }
 
@@ -68,7 +67,7 @@ type RunHeader struct {
 // so the latest record of an address is the operation's truth.
 type OpState struct {
 	Addr        string                      `json:"address"`
-	Op          Op                          `json:"action"`
+	Op          plans.Action                `json:"action"`
 	Step        Step                        `json:"step"`
 	Fingerprint string                      `json:"fingerprint,omitempty"`
 	Action      Action                      `json:"desired"`
@@ -106,91 +105,53 @@ type record struct {
 	Op     *OpState   `json:"op,omitempty"`
 }
 
-// Log is the active run's checkpoint log. Writes from concurrent workers are group-committed:
-// records that arrive while a write+fsync is in flight go out together in the next one, and
-// each writer returns only after its own record is durable.
+// Log is the active run's checkpoint log: a durable.Log (group commit, one repair rule) of
+// checkpoint records.
 type Log struct {
-	path string
-	f    *os.File
-
-	mu       sync.Mutex
-	cond     *sync.Cond
-	seq      uint64
-	queue    [][]byte
-	next     uint64 // id of the batch being filled
-	done     uint64 // id of the last batch made durable
-	flushing bool
-	err      error // sticky: after a failed write or fsync nothing more is acknowledged
-
-	syncs   uint64
-	records uint64
-	fp      *failpoint
+	dl    *durable.Log
+	after func(point string) // Executor.AfterDurable
 }
 
 // Stats reports how many records and fsyncs a log has done (for benchmarks).
-type Stats struct{ Records, Syncs uint64 }
+type Stats = durable.LogStats
 
 // CreateLog starts a new checkpoint log in dir with h as its first record. An existing log
 // (an interrupted run) is an error: recover first.
-func CreateLog(dir string, h RunHeader) (*Log, error) {
+func CreateLog(dir string, h RunHeader, after func(point string)) (*Log, error) {
 	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	path := filepath.Join(dir, CheckpointFile)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	dl, err := durable.Create(path)
 	if errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, ErrInterrupted)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := durable.SyncDir(dir); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	l := &Log{path: path, f: f, next: 1, fp: failpointFromEnv()}
-	l.cond = sync.NewCond(&l.mu)
+	l := &Log{dl: dl, after: after}
 	if err := l.write(record{Type: "run", Header: &h}); err != nil {
+		dl.Close()
 		return nil, err
 	}
 	return l, nil
 }
 
 // reopenLog continues an interrupted run's log (recovery appends to it, so that a crash during
-// recovery is recoverable too). A torn tail, never acknowledged, is cut off first.
-func reopenLog(it *Interrupted) (*Log, error) {
-	f, err := os.OpenFile(it.Path, os.O_RDWR, 0o600)
+// recovery is recoverable too). An incomplete final record, never acknowledged, is cut off.
+func reopenLog(it *Interrupted, after func(point string)) (*Log, error) {
+	dl, _, err := durable.Open(it.Path, checkpointKind, checkpointVersion, nil)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	if it.TornTail {
-		if err := f.Truncate(it.validSize); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("checkpoint %s: cut torn tail: %w", it.Path, err)
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("checkpoint %s: %w", it.Path, err)
-		}
-	}
-	if _, err := f.Seek(0, 2); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("checkpoint %s: %w", it.Path, err)
-	}
-	l := &Log{path: it.Path, f: f, next: 1, seq: it.lastSeq, fp: failpointFromEnv()}
-	l.cond = sync.NewCond(&l.mu)
-	return l, nil
+	return &Log{dl: dl, after: after}, nil
 }
 
 // Path is the log's file path.
-func (l *Log) Path() string { return l.path }
+func (l *Log) Path() string { return l.dl.Path() }
 
 // Stats returns counters.
-func (l *Log) Stats() Stats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return Stats{Records: l.records, Syncs: l.syncs}
-}
+func (l *Log) Stats() Stats { return l.dl.Stats() }
 
 // Checkpoint durably records op (a copy is taken). It returns after the record is fsynced.
 func (l *Log) Checkpoint(op *OpState) error {
@@ -198,54 +159,21 @@ func (l *Log) Checkpoint(op *OpState) error {
 	return l.write(record{Type: "op", Op: &c})
 }
 
-// write encodes r and group-commits it.
+// write numbers, stamps and durably appends r (the payload keeps its own seq, as the format
+// always had).
 func (l *Log) write(r record) error {
-	l.mu.Lock()
-	l.seq++
-	r.Seq = l.seq
-	r.At = time.Now().UTC()
-	b, err := durable.EncodeRecord(checkpointKind, checkpointVersion, r)
+	err := l.dl.AppendSeq(checkpointKind, checkpointVersion, func(seq uint64) any {
+		r.Seq = seq
+		r.At = time.Now().UTC()
+		return r
+	})
 	if err != nil {
-		l.mu.Unlock()
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	l.queue = append(l.queue, append(b, '\n'))
-	my := l.next
-	for l.done < my && l.err == nil {
-		if l.flushing {
-			l.cond.Wait()
-			continue
-		}
-		l.flushing = true
-		batch, id := l.queue, l.next
-		l.queue = nil
-		l.next++
-		l.mu.Unlock()
-		werr := writeSync(l.f, batch)
-		l.mu.Lock()
-		l.flushing = false
-		if werr != nil {
-			l.err = fmt.Errorf("checkpoint %s: %w", l.path, werr)
-		} else {
-			l.done = id
-			l.syncs++
-			l.records += uint64(len(batch))
-		}
-		l.cond.Broadcast()
+	if l.after != nil {
+		l.after(PointCheckpoint)
 	}
-	err = l.err
-	l.mu.Unlock()
-	if err == nil {
-		l.fp.hit("checkpoint")
-	}
-	return err
-}
-
-func writeSync(f *os.File, batch [][]byte) error {
-	if _, err := f.Write(bytes.Join(batch, nil)); err != nil {
-		return err
-	}
-	return f.Sync()
+	return nil
 }
 
 // Finish records the end of the run and removes the log: nothing is left to recover.
@@ -253,14 +181,14 @@ func (l *Log) Finish() error {
 	if err := l.write(record{Type: "end"}); err != nil {
 		return err
 	}
-	if err := l.f.Close(); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", l.path, err)
+	if err := l.dl.Close(); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", l.dl.Path(), err)
 	}
-	return removeLog(l.path)
+	return removeLog(l.dl.Path())
 }
 
 // Close closes the log without finishing it (the run stays recoverable).
-func (l *Log) Close() error { return l.f.Close() }
+func (l *Log) Close() error { return l.dl.Close() }
 
 func removeLog(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -276,55 +204,35 @@ type Interrupted struct {
 	Finished bool       // the end record is there: only the file remains to be removed
 	Ops      []*OpState // latest state of each operation, in first-seen order
 	// TornTail is set when the last record was incompletely written (never acknowledged, so
-	// the step it guarded never ran); it is ignored.
+	// the step it guarded never ran): it is ignored, and cut off when recovery reopens the log.
 	TornTail bool
-
-	validSize int64
-	lastSeq   uint64
 }
 
 // ErrInterrupted says a checkpoint log of an unfinished run exists.
 var ErrInterrupted = errors.New("an interrupted run must be recovered first (sysbox recover)")
 
-// ReadLog reads dir's checkpoint log; (nil, nil) when there is none. A torn last record is
-// ignored (its step never ran); any other corrupt or unknown-version record is an error, since
-// guessing progress from a damaged log is exactly what recovery must not do.
+// ReadLog reads dir's checkpoint log; (nil, nil) when there is none. It follows durable.Log's
+// one repair rule: only an incomplete final record is ignored (its step never ran); a complete
+// record that is corrupt, out of sequence or of an unknown version is an error, since guessing
+// progress from a damaged log is exactly what recovery must not do.
 func ReadLog(dir string) (*Interrupted, error) {
 	path := filepath.Join(dir, CheckpointFile)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
 	it := &Interrupted{Path: path}
 	byAddr := map[string]int{}
-	n := 0
-	for len(data) > 0 {
-		n++
-		line, rest, complete := bytes.Cut(data, []byte{'\n'})
-		data = rest
+	rep, err := durable.Read(path, checkpointKind, checkpointVersion, func(rec durable.Record) error {
 		var r record
-		_, derr := durable.DecodeRecord(line, checkpointKind, checkpointVersion, &r)
-		if derr != nil {
-			if len(rest) == 0 && (!complete || errors.Is(derr, durable.ErrCorrupt)) {
-				it.TornTail = true
-				break
-			}
-			return nil, fmt.Errorf("checkpoint %s: record %d: %w", path, n, derr)
+		if err := rec.Decode(&r); err != nil {
+			return err
 		}
-		it.validSize += int64(len(line)) + 1
-		it.lastSeq = r.Seq
 		switch r.Type {
 		case "run":
-			if n != 1 || r.Header == nil {
-				return nil, fmt.Errorf("checkpoint %s: record %d: %w: misplaced run header", path, n, durable.ErrCorrupt)
+			if rec.Seq != 1 || r.Header == nil {
+				return fmt.Errorf("%w: misplaced run header", durable.ErrCorrupt)
 			}
 			it.Header = *r.Header
 		case "op":
-			if n == 1 || r.Op == nil {
-				return nil, fmt.Errorf("checkpoint %s: record %d: %w: operation before run header", path, n, durable.ErrCorrupt)
+			if rec.Seq == 1 || r.Op == nil {
+				return fmt.Errorf("%w: operation before run header", durable.ErrCorrupt)
 			}
 			r.Op.written = true
 			if i, ok := byAddr[r.Op.Addr]; ok {
@@ -336,10 +244,18 @@ func ReadLog(dir string) (*Interrupted, error) {
 		case "end":
 			it.Finished = true
 		default:
-			return nil, fmt.Errorf("checkpoint %s: record %d: %w: unknown record type %q", path, n, durable.ErrCorrupt, r.Type)
+			return fmt.Errorf("%w: unknown record type %q", durable.ErrCorrupt, r.Type)
 		}
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
 	}
-	if n == 0 || it.Header.Run == "" {
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	it.TornTail = rep.Cut > 0
+	if rep.Records == 0 || it.Header.Run == "" {
 		// Created but the header never became durable: no step ran.
 		it.TornTail = true
 	}

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/specs"
 	"zyvor.dev/sysbox/internal/states"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -30,7 +32,7 @@ func (r *run) removePart(ctx context.Context, op *OpState) error {
 	}
 	a := &op.Action
 	remove := func(st *states.State) { st.Remove(a.Addr) }
-	if op.Op != OpDelete {
+	if op.Op != plans.Delete {
 		r.sv.commitAsync(ctx, remove, nil) // replace: the create half saves again
 		return nil
 	}
@@ -55,9 +57,9 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 	p := op.Prior
 	drv := p.Handle.Driver
 	switch a.Kind {
-	case KindArtifact:
+	case specs.KindArtifact:
 		// Nothing external.
-	case KindNetwork:
+	case specs.KindNetwork:
 		nets, err := driver.Get[driver.Networks](r.e.Registry, drv, driver.CapManagedNetwork)
 		if err != nil {
 			return err
@@ -65,8 +67,8 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 		if err := ignoreNotFound(nets.DeleteNetwork(ctx, p.Handle, p.Owner)); err != nil {
 			return fmt.Errorf("delete network %s: %w", p.Handle.ExternalID, err)
 		}
-	case KindNode:
-		if op.Op == OpReplace {
+	case specs.KindNode:
+		if op.Op == plans.Replace {
 			// The new generation's baseline must verify before the running one is removed: a
 			// changed, unreadable or unavailable baseline keeps the node.
 			if err := r.verifyBaseline(ctx, op, true); err != nil {
@@ -76,7 +78,7 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 		if err := r.removeNode(ctx, op, p); err != nil {
 			return err
 		}
-	case KindPolicy:
+	case specs.KindPolicy:
 		if p.Node != nil {
 			pol, err := driver.Get[driver.Policy](r.e.Registry, drv, driver.CapPolicy)
 			if err != nil {
@@ -134,19 +136,19 @@ func (r *run) createPart(ctx context.Context, op *OpState) error {
 	}
 	var err error
 	switch op.Action.Kind {
-	case KindArtifact:
+	case specs.KindArtifact:
 		err = r.createArtifact(ctx, op)
-	case KindNetwork:
+	case specs.KindNetwork:
 		err = r.createNetwork(ctx, op)
-	case KindNode:
-		if op.Op == OpReset {
+	case specs.KindNode:
+		if op.Op == plans.Reset {
 			err = r.resetNode(ctx, op)
-		} else if op.Op == OpUpdate {
+		} else if op.Op == plans.Update {
 			err = fmt.Errorf("nodes have no in-place update; plan a replace")
 		} else {
 			err = r.createNode(ctx, op)
 		}
-	case KindPolicy:
+	case specs.KindPolicy:
 		err = r.createPolicy(ctx, op)
 	default:
 		err = fmt.Errorf("unknown kind %q", op.Action.Kind)
@@ -157,7 +159,7 @@ func (r *run) createPart(ctx context.Context, op *OpState) error {
 		}
 		return r.fail(ctx, op, err)
 	}
-	if op.Op == OpReset {
+	if op.Op == plans.Reset {
 		r.finish(op)
 	}
 	return nil
@@ -250,7 +252,7 @@ func (r *run) nodeSpec(ctx context.Context, op *OpState, withEnv bool) (substrat
 }
 
 // networkHandle looks up an attachment's network in the working state.
-func (r *run) networkHandle(at Attachment) (substrate.Handle, error) {
+func (r *run) networkHandle(at specs.Attachment) (substrate.Handle, error) {
 	var h substrate.Handle
 	var ok bool
 	r.sv.view(func(st *states.State) {

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
@@ -14,17 +16,20 @@ import (
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
-// DestroyActions plans the deletion of everything in st, each with the kind its type maps to
-// (KindOfType) and its recorded dependencies. The planner's destroy plan (which also enforces
+// DestroyActions plans the deletion of everything in st, each with the kind res gives its type
+// and its recorded dependencies. The planner's destroy plan (which also enforces
 // prevent_destroy) is preferred when there is a configuration.
-func DestroyActions(st *states.State) ([]Action, error) {
+func DestroyActions(st *states.State, res Resources) ([]Action, error) {
+	if res == nil {
+		return nil, errors.New("destroy: no resource registry to tell the kinds of resources in state")
+	}
 	var out []Action
 	for _, r := range st.Resources {
-		k, ok := KindOfType[r.Addr.Resource.Type]
+		k, ok := res.Kind(r.Addr.Resource.Type)
 		if !ok {
 			return nil, fmt.Errorf("destroy %s: no kind known for resource type %s", r.Addr, r.Addr.Resource.Type)
 		}
-		out = append(out, Action{Addr: r.Addr, Op: OpDelete, Reason: "destroy", Kind: k, Driver: r.Driver, Deps: r.Dependencies})
+		out = append(out, Action{Addr: r.Addr, Op: plans.Delete, Reason: "destroy", Kind: k, Driver: r.Driver, Deps: r.Dependencies})
 	}
 	return out, nil
 }
@@ -48,7 +53,7 @@ func (e *ResidueError) Error() string {
 // dependency order, then audits every driver that can for objects still carrying the
 // topology's markers (S16). Destroy is done only when state is empty and the audit is clean;
 // otherwise the error is a *ResidueError or the operations' failures.
-func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrate.Object, error) {
+func (e *Executor) Destroy(ctx context.Context, plan *Request) (*Result, []substrate.Object, error) {
 	s, rep, err := e.open(ctx, "destroy")
 	if err != nil {
 		return &Result{Recovered: rep}, nil, err
@@ -56,11 +61,11 @@ func (e *Executor) Destroy(ctx context.Context, plan *Plan) (*Result, []substrat
 	defer s.close()
 	var actions []Action
 	if plan == nil {
-		acts, err := DestroyActions(s.st)
+		acts, err := DestroyActions(s.st, e.Resources)
 		if err != nil {
 			return &Result{Recovered: rep}, nil, err
 		}
-		plan, actions = &Plan{}, acts
+		plan, actions = &Request{}, acts
 	} else if actions, err = plan.prepare(ctx, s.st); err != nil {
 		return &Result{Recovered: rep}, nil, err
 	}
@@ -215,7 +220,7 @@ func (e *Executor) Refresh(ctx context.Context, desired []Action) (map[string]su
 
 // observe looks at one resource. The error is set only for an Unknown observation.
 func (e *Executor) observe(ctx context.Context, st *states.State, r *states.Resource, want *Action) (substrate.Observation, error) {
-	kind := KindOfType[r.Addr.Resource.Type]
+	kind := e.kindOf(r.Addr)
 	if want != nil {
 		kind = want.Kind
 	}
@@ -224,12 +229,12 @@ func (e *Executor) observe(ctx context.Context, st *states.State, r *states.Reso
 		return substrate.Observation{Status: substrate.Unknown, Reason: err.Error()}, err
 	}
 	switch kind {
-	case KindArtifact:
+	case specs.KindArtifact:
 		if want == nil || want.Artifact == nil || r.Driver == "" {
 			return substrate.Observation{Status: r.Observation.Status, Reason: r.Observation.Reason}, nil
 		}
 		return substrate.Observation{Status: substrate.Present}, nil
-	case KindNetwork:
+	case specs.KindNetwork:
 		nets, err := driver.Get[driver.Networks](e.Registry, r.Driver, driver.CapManagedNetwork)
 		if err != nil {
 			return unknown(err)
@@ -239,7 +244,7 @@ func (e *Executor) observe(ctx context.Context, st *states.State, r *states.Reso
 			return unknown(fmt.Errorf("%w: %v %s", ErrUnknownObservation, err, obs.Reason))
 		}
 		return obs, nil
-	case KindNode:
+	case specs.KindNode:
 		nodes, err := driver.Get[driver.Nodes](e.Registry, r.Driver, driver.CapNodeLifecycle)
 		if err != nil {
 			return unknown(err)
@@ -267,8 +272,8 @@ func (e *Executor) observe(ctx context.Context, st *states.State, r *states.Reso
 			}
 		}
 		return obs, nil
-	case KindPolicy:
-		node := st.Resource(policyNode(want, r))
+	case specs.KindPolicy:
+		node := st.Resource(e.policyNode(want, r))
 		if node == nil {
 			return substrate.Observation{Status: substrate.Absent, Reason: "its node is not in state"}, nil
 		}
@@ -301,7 +306,7 @@ func (e *Executor) Import(ctx context.Context, desired Action, externalID string
 		return nil, err
 	}
 	defer s.close()
-	if desired.Kind != KindNode {
+	if desired.Kind != specs.KindNode {
 		return nil, fmt.Errorf("import %s: only nodes can be imported", addr)
 	}
 	if s.st.Resource(addr) != nil {
@@ -329,7 +334,7 @@ func (e *Executor) Import(ctx context.Context, desired Action, externalID string
 	res := &states.Resource{Addr: addr, SchemaVersion: 1, Driver: driverName, ExternalID: got.Handle.ExternalID,
 		Attachments: got.Attachments, Owner: owner, Private: &priv, CreatedAt: now, UpdatedAt: now,
 		Observation: states.Observation{Status: substrate.Present, Reason: "imported", At: now}}
-	res.Attributes, _ = jsonMarshal(summary{Kind: KindNode, Generation: 1, Artifact: got.Artifact})
+	res.Attributes, _ = jsonMarshal(summary{Kind: specs.KindNode, Generation: 1, Artifact: got.Artifact})
 	if desired.Attributes != nil {
 		res.Attributes = desired.Attributes
 	}

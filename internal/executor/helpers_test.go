@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"zyvor.dev/sysbox/internal/handlers"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/durable"
@@ -96,29 +99,29 @@ func mustAddr(s string) addrs.Instance { return addrs.MustParseInstance(s) }
 func topology(nets, nodes int, withFirewall bool) []Action {
 	art := &substrate.ArtifactIdentity{Kind: "rootfs", Source: "./rootfs.tar", Digest: fakeDigest("./rootfs.tar")}
 	var out []Action
-	out = append(out, Action{Addr: mustAddr("sysbox_artifact.rootfs"), Kind: KindArtifact, Driver: "fake",
+	out = append(out, Action{Addr: mustAddr("sysbox_artifact.rootfs"), Kind: specs.KindArtifact, Driver: "fake",
 		Artifact: &substrate.ArtifactSpec{Kind: "rootfs", Source: "./rootfs.tar"}})
 	for i := 0; i < nets; i++ {
-		out = append(out, Action{Addr: mustAddr(fmt.Sprintf("sysbox_network.lan[%d]", i)), Kind: KindNetwork, Driver: "fake",
+		out = append(out, Action{Addr: mustAddr(fmt.Sprintf("sysbox_network.lan[%d]", i)), Kind: specs.KindNetwork, Driver: "fake",
 			Network: &substrate.NetworkSpec{IPv4CIDR: fmt.Sprintf("198.18.%d.0/24", i)}})
 	}
 	for i := 0; i < nodes; i++ {
 		n := i % nets
 		netAddr := mustAddr(fmt.Sprintf("sysbox_network.lan[%d]", n))
-		out = append(out, Action{Addr: mustAddr(fmt.Sprintf("sysbox_node.web[%d]", i)), Kind: KindNode, Driver: "fake",
+		out = append(out, Action{Addr: mustAddr(fmt.Sprintf("sysbox_node.web[%d]", i)), Kind: specs.KindNode, Driver: "fake",
 			Deps: []addrs.Instance{netAddr, mustAddr("sysbox_artifact.rootfs")},
-			Node: &NodeSpec{
+			Node: &specs.NodeSpec{
 				Spec:        substrate.NodeSpec{Artifact: art, Command: []string{"sleep", "infinity"}},
 				Environment: map[string]string{"TOKEN": "secret://env/WEB_TOKEN", "MODE": "lab"},
-				Attachments: []Attachment{{Name: "lan", Network: netAddr, MAC: fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256),
+				Attachments: []specs.Attachment{{Name: "lan", Network: netAddr, MAC: fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256),
 					IPv4: []string{fmt.Sprintf("198.18.%d.%d/24", n, 10+i/nets)}}},
 				Routes: []substrate.Route{{To: "0.0.0.0/0", Via: fmt.Sprintf("198.18.%d.1", n)}},
 			}})
 	}
 	if withFirewall && nodes > 0 {
-		out = append(out, Action{Addr: mustAddr("sysbox_firewall.web0"), Kind: KindPolicy, Driver: "fake",
+		out = append(out, Action{Addr: mustAddr("sysbox_firewall.web0"), Kind: specs.KindPolicy, Driver: "fake",
 			Deps: []addrs.Instance{mustAddr("sysbox_node.web[0]")},
-			Policy: &PolicySpec{Node: mustAddr("sysbox_node.web[0]"), Spec: substrate.PolicySpec{Firewall: &substrate.Firewall{
+			Policy: &specs.PolicySpec{Node: mustAddr("sysbox_node.web[0]"), Spec: substrate.PolicySpec{Firewall: &substrate.Firewall{
 				DefaultInput: "drop", DefaultForward: "accept", DefaultOutput: "accept",
 				Rules: []substrate.Rule{{Chain: "input", Action: "accept", Protocol: "tcp", DestinationPort: 80, Attachment: "lan"}}}}}})
 	}
@@ -143,19 +146,19 @@ func planFor(st *states.State, desired []Action, replace ...string) []Action {
 		a := d
 		switch cur := stateResource(st, d.Addr); {
 		case cur == nil:
-			a.Op, a.Reason = OpCreate, "not in state"
+			a.Op, a.Reason = plans.Create, "not in state"
 		case rep[d.Addr.String()]:
-			a.Op, a.Reason = OpReplace, "replace requested"
+			a.Op, a.Reason = plans.Replace, "replace requested"
 		default:
-			a.Op, a.Reason = OpNoop, "up to date"
+			a.Op, a.Reason = plans.NoOp, "up to date"
 		}
 		out = append(out, a)
 	}
 	if st != nil {
 		for _, r := range st.Resources {
 			if !want[r.Addr.String()] {
-				out = append(out, Action{Addr: r.Addr, Op: OpDelete, Reason: "not in configuration",
-					Kind: KindOfType[r.Addr.Resource.Type], Driver: r.Driver, Deps: r.Dependencies})
+				out = append(out, Action{Addr: r.Addr, Op: plans.Delete, Reason: "not in configuration",
+					Kind: kindOf(r.Addr), Driver: r.Driver, Deps: r.Dependencies})
 			}
 		}
 	}
@@ -167,4 +170,10 @@ func stateResource(st *states.State, a addrs.Instance) *states.Resource {
 		return nil
 	}
 	return st.Resource(a)
+}
+
+// kindOf is the built-in handlers' kind of addr's type.
+func kindOf(addr addrs.Instance) specs.Kind {
+	k, _ := handlers.Builtin().Kind(addr.Resource.Type)
+	return k
 }

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"bytes"
@@ -13,6 +13,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/handlers"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -54,7 +58,7 @@ func newHarnessWith(t *testing.T, dir string, d *fake.Driver) *harness {
 		t.Fatal(err)
 	}
 	store := newFileStore(dir)
-	ex := &Executor{Registry: reg, State: store, Dir: dir, Parallelism: 4,
+	ex := &Executor{Registry: reg, State: store, Dir: dir, Parallelism: 4, Resources: handlers.Builtin(),
 		Resolve: func(ctx context.Context, s string) (string, error) {
 			if s == "secret://env/WEB_TOKEN" {
 				return secretValue, nil
@@ -74,7 +78,7 @@ func (h *harness) state() *states.State {
 }
 
 func (h *harness) apply(desired []Action, replace ...string) (*Result, error) {
-	plan := &Plan{Fingerprint: "fp-test", Actions: planFor(h.state(), desired, replace...)}
+	plan := &Request{Fingerprint: "fp-test", Actions: planFor(h.state(), desired, replace...)}
 	return h.ex.Apply(context.Background(), plan)
 }
 
@@ -96,8 +100,8 @@ func checkAgree(t *testing.T, st *states.State, d *fake.Driver) {
 	refs := map[string]bool{}
 	nodes, nets, pols := 0, 0, 0
 	for _, r := range st.Resources {
-		switch KindOfType[r.Addr.Resource.Type] {
-		case KindNode:
+		switch kindOf(r.Addr) {
+		case specs.KindNode:
 			nodes++
 			n := w.Nodes[r.ExternalID]
 			if n == nil || n.Marker != r.Owner.Marker() || !n.Running || n.Quiesced {
@@ -116,13 +120,13 @@ func checkAgree(t *testing.T, st *states.State, d *fake.Driver) {
 			if r.Observation.Status != substrate.Present {
 				t.Errorf("%s: observation %s, want present", r.Addr, r.Observation.Status)
 			}
-		case KindNetwork:
+		case specs.KindNetwork:
 			nets++
 			if n := w.Networks[r.ExternalID]; n == nil || n.Marker != r.Owner.Marker() {
 				t.Errorf("%s: network %s missing or foreign", r.Addr, r.ExternalID)
 			}
 			refs[r.ExternalID] = true
-		case KindPolicy:
+		case specs.KindPolicy:
 			pols++
 			if p := w.Policies[r.ExternalID]; p == nil || p.Marker != r.Owner.Marker() {
 				t.Errorf("%s: policy %s missing or foreign", r.Addr, r.ExternalID)
@@ -187,13 +191,13 @@ func TestApplyCreatesTopologyAndConverges(t *testing.T) {
 func TestStalePlanAndMissingCapabilityMutateNothing(t *testing.T) {
 	h := newHarness(t)
 	stale := errors.New("stale plan: state serial 0, plan made at serial 7")
-	plan := &Plan{Actions: planFor(nil, topology(1, 2, false)), Verify: func(context.Context, *states.State) error { return stale }}
+	plan := &Request{Actions: planFor(nil, topology(1, 2, false)), Verify: func(context.Context, *states.State) error { return stale }}
 	if _, err := h.ex.Apply(context.Background(), plan); !errors.Is(err, stale) {
 		t.Fatalf("stale plan: got %v", err)
 	}
 	acts := planFor(nil, topology(1, 2, false))
 	acts[2].Driver = "docker"
-	_, err := h.ex.Apply(context.Background(), &Plan{Actions: acts})
+	_, err := h.ex.Apply(context.Background(), &Request{Actions: acts})
 	var mc *driver.MissingCapabilityError
 	if !errors.As(err, &mc) || !strings.Contains(err.Error(), "sysbox_node.web[0]") {
 		t.Fatalf("missing driver: got %v", err)
@@ -205,8 +209,8 @@ func TestStalePlanAndMissingCapabilityMutateNothing(t *testing.T) {
 		t.Fatalf("state saved before verification failed: serial %d", st.Serial)
 	}
 	unknownAct := planFor(nil, topology(1, 1, false))
-	unknownAct[0].Op = OpUnknown
-	if _, err := h.ex.Apply(context.Background(), &Plan{Actions: unknownAct}); err == nil || !strings.Contains(err.Error(), "unknown") {
+	unknownAct[0].Op = plans.Unknown
+	if _, err := h.ex.Apply(context.Background(), &Request{Actions: unknownAct}); err == nil || !strings.Contains(err.Error(), "unknown") {
 		t.Fatalf("unknown action: got %v", err)
 	}
 }
@@ -456,8 +460,8 @@ func TestImportAndExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")},
-		Node: &NodeSpec{Attachments: []Attachment{{Name: "lan", Network: mustAddr("sysbox_network.lan[0]")}}}}, "legacy-7")
+	r, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: specs.KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")},
+		Node: &specs.NodeSpec{Attachments: []specs.Attachment{{Name: "lan", Network: mustAddr("sysbox_network.lan[0]")}}}}, "legacy-7")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +471,7 @@ func TestImportAndExec(t *testing.T) {
 	if r.Observation.Status != substrate.Degraded || !strings.Contains(r.Observation.Reason, "lan") {
 		t.Fatalf("import of a node lacking its configured attachment: observation %+v, want degraded", r.Observation)
 	}
-	if _, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")}}, "legacy-7"); err == nil {
+	if _, err := h.ex.Import(ctx, Action{Addr: mustAddr("sysbox_node.legacy"), Kind: specs.KindNode, Driver: "fake", Deps: []addrs.Instance{mustAddr("sysbox_network.lan[0]")}}, "legacy-7"); err == nil {
 		t.Fatal("second import to a taken address accepted")
 	}
 	out, err := h.ex.Exec(ctx, mustAddr("sysbox_node.web[0]"), substrate.ExecRequest{Argv: []string{"echo", "hi"}})
@@ -485,7 +489,7 @@ func TestImportAndExec(t *testing.T) {
 
 func TestCheckpointGroupCommit(t *testing.T) {
 	dir := t.TempDir()
-	l, err := CreateLog(dir, RunHeader{Run: "r1", Lineage: "L"})
+	l, err := CreateLog(dir, RunHeader{Run: "r1", Lineage: "L"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +528,7 @@ func TestCheckpointGroupCommit(t *testing.T) {
 func TestReadLogTornTailAndCorruption(t *testing.T) {
 	write := func(t *testing.T, extra func(p string)) (string, *Interrupted, error) {
 		dir := t.TempDir()
-		l, err := CreateLog(dir, RunHeader{Run: "r", Lineage: "L"})
+		l, err := CreateLog(dir, RunHeader{Run: "r", Lineage: "L"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -536,14 +540,40 @@ func TestReadLogTornTailAndCorruption(t *testing.T) {
 		it, err := ReadLog(dir)
 		return p, it, err
 	}
-	t.Run("torn tail ignored", func(t *testing.T) {
-		_, it, err := write(t, func(p string) {
-			f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-			f.WriteString(`{"kind":"sysbox-checkpoint","version":1,"sha`)
-			f.Close()
+	t.Run("torn last record ignored at every byte", func(t *testing.T) {
+		var full []byte
+		write(t, func(p string) { full, _ = os.ReadFile(p) })
+		lastStart := bytes.LastIndexByte(full[:len(full)-1], '\n') + 1
+		for size := lastStart + 1; size < len(full); size++ {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, CheckpointFile), full[:size], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			it, err := ReadLog(dir)
+			if err != nil || !it.TornTail || len(it.Ops) != 1 || it.Ops[0].Step != StepBegin {
+				t.Fatalf("cut at byte %d of the last record: got %v %+v, want the header, the begin record and a torn tail", size-lastStart, err, it)
+			}
+			// Recovery reopens the log: the incomplete record is cut, appends follow the last good one.
+			l, err := reopenLog(it, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Checkpoint(testOp("sysbox_node.a", StepDone)); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			if it, err := ReadLog(dir); err != nil || it.TornTail || it.Ops[0].Step != StepDone {
+				t.Fatalf("cut at byte %d, reopened and appended: got %v %+v", size-lastStart, err, it)
+			}
+		}
+	})
+	t.Run("complete last record with a bad checksum refused", func(t *testing.T) {
+		_, _, err := write(t, func(p string) {
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, bytes.Replace(b, []byte(`"created"`), []byte(`"deleted"`), 1), 0o600)
 		})
-		if err != nil || !it.TornTail || it.Ops[0].Step != StepCreated {
-			t.Fatalf("got %v %+v, want the two good records and a torn tail", err, it)
+		if err == nil || !errors.Is(err, durable.ErrCorrupt) || !strings.Contains(err.Error(), "record 3") {
+			t.Fatalf("got %v, want a corrupt record 3", err)
 		}
 	})
 	t.Run("corrupt middle refused", func(t *testing.T) {
@@ -562,22 +592,58 @@ func TestReadLogTornTailAndCorruption(t *testing.T) {
 			b, _ := os.ReadFile(p)
 			os.WriteFile(p, bytes.Replace(b, []byte(`"version":1`), []byte(`"version":9`), 1), 0o600)
 		})
-		if err == nil || !strings.Contains(err.Error(), "version 9") {
-			t.Fatalf("got %v, want unknown version", err)
+		var nf *durable.NewerFormatError
+		if !errors.As(err, &nf) || !strings.Contains(err.Error(), "checkpoint format 9 is newer than this sysbox (1)") {
+			t.Fatalf("got %v, want checkpoint format 9 is newer than this sysbox (1)", err)
 		}
 	})
 	t.Run("second run refused while one is interrupted", func(t *testing.T) {
 		p, _, _ := write(t, func(string) {})
-		if _, err := CreateLog(filepath.Dir(p), RunHeader{Run: "r2"}); !errors.Is(err, ErrInterrupted) {
+		if _, err := CreateLog(filepath.Dir(p), RunHeader{Run: "r2"}, nil); !errors.Is(err, ErrInterrupted) {
 			t.Fatalf("got %v, want ErrInterrupted", err)
 		}
 	})
 }
 
+// TestReadLogFormat1Fixture reads a checkpoint log written by the code before records carried
+// their sequence number in the envelope (testdata/checkpoint-v1.log).
+func TestReadLogFormat1Fixture(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "checkpoint-v1.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, CheckpointFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	it, err := ReadLog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.Header.Run != "run-1" || it.Header.Lineage != "lineage-1" || it.TornTail || it.Finished || len(it.Ops) != 2 {
+		t.Fatalf("got %+v", it)
+	}
+	if op := it.Ops[0]; op.Addr != "sysbox_node.web[0]" || op.Step != StepCreated || op.Handle == nil || op.Handle.ExternalID != "sysbox-abc" {
+		t.Fatalf("first op: got %+v", op)
+	}
+	// Recovery appends numbered records after the unnumbered ones.
+	l, err := reopenLog(it, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Checkpoint(testOp("sysbox_node.web[0]", StepDone)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if it, err := ReadLog(dir); err != nil || it.Ops[0].Step != StepDone {
+		t.Fatalf("after appending to the old log: %v %+v", err, it)
+	}
+}
+
 func TestRecoverRefusesForeignCheckpoint(t *testing.T) {
 	h := newHarness(t)
 	h.mustApply(topology(1, 1, false))
-	l, err := CreateLog(h.dir, RunHeader{Run: "r", Lineage: "another-topology", Fingerprint: "x"})
+	l, err := CreateLog(h.dir, RunHeader{Run: "r", Lineage: "another-topology", Fingerprint: "x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +657,7 @@ func TestRecoverRefusesForeignCheckpoint(t *testing.T) {
 }
 
 func testOp(addr string, step Step) *OpState {
-	return &OpState{Addr: addr, Op: OpCreate, Step: step, Action: Action{Addr: mustAddr(addr), Op: OpCreate, Kind: KindNode}}
+	return &OpState{Addr: addr, Op: plans.Create, Step: step, Action: Action{Addr: mustAddr(addr), Op: plans.Create, Kind: specs.KindNode}}
 }
 
 func TestFailedResetLeavesNothingBehind(t *testing.T) {
@@ -621,8 +687,10 @@ func TestFailedResetLeavesNothingBehind(t *testing.T) {
 
 func TestDestroyAuditsUsedDriversStrictly(t *testing.T) {
 	destroyWith := func(h *harness, drivers ...string) (*Result, []substrate.Object, error) {
-		return h.ex.Destroy(context.Background(), &Plan{Drivers: drivers,
-			Prepare: func(_ context.Context, st *states.State) ([]Action, error) { return DestroyActions(st) }})
+		return h.ex.Destroy(context.Background(), &Request{Drivers: drivers,
+			Prepare: func(_ context.Context, st *states.State) ([]Action, error) {
+				return DestroyActions(st, handlers.Builtin())
+			}})
 	}
 	for _, tc := range []struct {
 		name        string
@@ -682,7 +750,7 @@ func TestCancelledApplyIsRecoverable(t *testing.T) {
 		}
 	}
 	desired := topology(1, 3, false)
-	_, err := h.ex.Apply(ctx, &Plan{Actions: planFor(nil, desired)})
+	_, err := h.ex.Apply(ctx, &Request{Actions: planFor(nil, desired)})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled apply: got %v", err)
 	}
@@ -710,7 +778,7 @@ func TestRecoverNeedsItsDrivers(t *testing.T) {
 		t.Fatalf("apply: %v", err)
 	}
 	// A sysbox without the driver the interrupted run used refuses to touch the checkpoint.
-	bare := &Executor{Registry: driver.NewRegistry(), State: h.store, Dir: h.dir}
+	bare := &Executor{Registry: driver.NewRegistry(), State: h.store, Dir: h.dir, Resources: handlers.Builtin()}
 	_, err := bare.Recover(context.Background())
 	var mc *driver.MissingCapabilityError
 	if !errors.As(err, &mc) {
@@ -739,7 +807,7 @@ func TestRecoveryStopsOnForeignMarkers(t *testing.T) {
 	}
 	var node string
 	for _, op := range it.Ops {
-		if op.Handle != nil && op.Action.Kind == KindNode {
+		if op.Handle != nil && op.Action.Kind == specs.KindNode {
 			node = op.Handle.ExternalID
 		}
 	}
@@ -774,7 +842,7 @@ func interruptedWithLostNIC(t *testing.T) *harness {
 	}
 	var node *OpState
 	for _, op := range it.Ops {
-		if op.Action.Kind == KindNode {
+		if op.Action.Kind == specs.KindNode {
 			node = op
 		}
 	}

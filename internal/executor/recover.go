@@ -1,9 +1,10 @@
-package exec
+package executor
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"zyvor.dev/sysbox/internal/plans"
 
 	"zyvor.dev/sysbox/internal/durable"
 )
@@ -21,11 +22,11 @@ type RecoverReport struct {
 
 // OpOutcome is one interrupted operation's fate.
 type OpOutcome struct {
-	Addr    string `json:"address"`
-	Op      Op     `json:"action"`
-	From    Step   `json:"from_step"`
-	Outcome string `json:"outcome"` // completed | was-complete | was-failed | failed
-	Error   string `json:"error,omitempty"`
+	Addr    string       `json:"address"`
+	Op      plans.Action `json:"action"`
+	From    Step         `json:"from_step"`
+	Outcome string       `json:"outcome"` // completed | was-complete | was-failed | failed
+	Error   string       `json:"error,omitempty"`
 }
 
 // Recover finishes an interrupted run (S14):
@@ -108,11 +109,11 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 		return rep, fmt.Errorf("recovery needs drivers this sysbox does not provide; the checkpoint is kept: %w", err)
 	}
 	// Steps 2–5: continue every unfinished operation from its checkpointed step.
-	log, err := reopenLog(it)
+	log, err := reopenLog(it, e.AfterDurable)
 	if err != nil {
 		return rep, err
 	}
-	r := &run{e: e, log: log, sv: newSaver(e.State, s.st, e.now), lineage: h.Lineage, fingerprint: h.Fingerprint, recovering: true}
+	r := &run{e: e, log: log, sv: newSaver(e.State, s.st, e.now, e.AfterDurable), lineage: h.Lineage, fingerprint: h.Fingerprint, recovering: true}
 	actions := make([]Action, len(it.Ops))
 	ops := make([]*OpState, len(it.Ops))
 	from := make([]Step, len(it.Ops))

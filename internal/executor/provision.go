@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -20,9 +20,6 @@ import (
 // StepProvisioning: provisioners may have started; their outcome is unknown until
 // StepProvisioned is recorded.
 const StepProvisioning Step = "provisioning"
-
-// It ranks with StepObserved: past observation, not yet provisioned.
-func init() { stepRank[StepProvisioning] = stepRank[StepObserved] }
 
 // ErrProvisionTainted says a node's provisioners were interrupted with an unknown outcome.
 var ErrProvisionTainted = errors.New("tainted: provisioners were interrupted and their outcome is unknown; they are not run twice, replace the node")
@@ -55,10 +52,11 @@ func (r *run) provision(ctx context.Context, op *OpState, interrupted bool) erro
 	if err := r.ck(op, StepProvisioning); err != nil {
 		return err
 	}
-	fp := failpointFromEnv()
 	for i, plain := range plains {
 		res, err := g.Exec(ctx, *op.Handle, substrate.ExecRequest{Argv: plain})
-		fp.hit("provisioner")
+		if r.e.AfterDurable != nil {
+			r.e.AfterDurable(PointProvisioner)
+		}
 		if err != nil {
 			return fmt.Errorf("provisioner %d: %w", i+1, err)
 		}

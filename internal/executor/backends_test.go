@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -59,18 +59,18 @@ func TestExecutorOnEveryBackend(t *testing.T) {
 			}
 			desired := topology(3, 12, true)
 			ctx := context.Background()
-			if _, err := h.ex.Apply(ctx, &Plan{Actions: planFor(nil, desired)}); err != nil {
+			if _, err := h.ex.Apply(ctx, &Request{Actions: planFor(nil, desired)}); err != nil {
 				t.Fatal(err)
 			}
 			checkAgree(t, read(), h.fake)
 			// Replacing a network under nodes that stay fails (the driver refuses to delete a
 			// network with NICs on it; the planner would replace the dependents too): the failure
 			// must leave state and world consistent.
-			if _, err := h.ex.Apply(ctx, &Plan{Actions: planFor(read(), desired, "sysbox_network.lan[2]")}); err == nil {
+			if _, err := h.ex.Apply(ctx, &Request{Actions: planFor(read(), desired, "sysbox_network.lan[2]")}); err == nil {
 				t.Fatal("replacing a network with attached nodes succeeded")
 			}
 			checkAgree(t, read(), h.fake)
-			if _, err := h.ex.Apply(ctx, &Plan{Actions: planFor(read(), desired, "sysbox_node.web[3]")}); err != nil {
+			if _, err := h.ex.Apply(ctx, &Request{Actions: planFor(read(), desired, "sysbox_node.web[3]")}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := h.ex.Reset(ctx, ResetRequest{Targets: []addrs.Instance{mustAddr("sysbox_node.web[0]"), mustAddr("sysbox_node.web[5]")}, Desired: desired}); err != nil {

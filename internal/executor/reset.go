@@ -1,10 +1,12 @@
-package exec
+package executor
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/specs"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
@@ -75,7 +77,7 @@ func (e *Executor) resetActions(st *states.State, req ResetRequest) ([]Action, e
 		case cur == nil:
 			errs = append(errs, fmt.Errorf("reset %s: not in state (apply it first)", t))
 			continue
-		case d == nil || d.Kind != KindNode || d.Node == nil:
+		case d == nil || d.Kind != specs.KindNode || d.Node == nil:
 			errs = append(errs, fmt.Errorf("reset %s: not a node of the current configuration", t))
 			continue
 		case d.Driver != cur.Driver:
@@ -86,19 +88,19 @@ func (e *Executor) resetActions(st *states.State, req ResetRequest) ([]Action, e
 			continue
 		}
 		a := *d
-		a.Op = OpReset
+		a.Op = plans.Reset
 		a.Reason = "reset requested"
-		a.impacted = impactedPolicies(st, t, req.Desired)
+		a.impacted = e.impactedPolicies(st, t, req.Desired)
 		out = append(out, a)
 	}
 	return out, errors.Join(errs...)
 }
 
 // impactedPolicies lists the desired policies whose node is addr and that are in state.
-func impactedPolicies(st *states.State, addr addrs.Instance, desired []Action) []Action {
+func (e *Executor) impactedPolicies(st *states.State, addr addrs.Instance, desired []Action) []Action {
 	var out []Action
 	for _, res := range st.Resources {
-		if KindOfType[res.Addr.Resource.Type] != KindPolicy {
+		if e.kindOf(res.Addr) != specs.KindPolicy {
 			continue
 		}
 		for _, d := range desired {

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -50,7 +50,7 @@ func TestLabSmallThroughThePlanner(t *testing.T) {
 		if err != nil {
 			t.Fatalf("plan: %v", err)
 		}
-		acts, err := FromPlan(p, st)
+		acts, err := FromPlan(p, st, handlers.Builtin())
 		if err != nil {
 			t.Fatalf("from plan: %v", err)
 		}
@@ -60,7 +60,7 @@ func TestLabSmallThroughThePlanner(t *testing.T) {
 	if !p.HasChanges() {
 		t.Fatal("first plan has no changes")
 	}
-	res, err := h.ex.Apply(ctx, &Plan{Fingerprint: p.Fingerprint.ActionsDigest, Actions: acts})
+	res, err := h.ex.Apply(ctx, &Request{Fingerprint: p.Fingerprint.ActionsDigest, Actions: acts})
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
@@ -99,7 +99,7 @@ func TestLabSmallThroughThePlanner(t *testing.T) {
 
 	// Planned destroy: every resource goes, the audit is clean.
 	pd, dacts := plan(true)
-	if _, residue, err := h.ex.Destroy(ctx, &Plan{Fingerprint: pd.Fingerprint.ActionsDigest, Actions: dacts}); err != nil || len(residue) != 0 {
+	if _, residue, err := h.ex.Destroy(ctx, &Request{Fingerprint: pd.Fingerprint.ActionsDigest, Actions: dacts}); err != nil || len(residue) != 0 {
 		t.Fatalf("destroy: %v, residue %v", err, residue)
 	}
 	if st := h.state(); len(st.Resources) != 0 {
@@ -113,7 +113,7 @@ func TestLabSmallThroughThePlanner(t *testing.T) {
 // TestFromPlanRejectsUnknownKinds keeps the executor from guessing behaviour from a type name.
 func TestFromPlanRejectsUnknownKinds(t *testing.T) {
 	p := &plans.Plan{Actions: []plans.ResourceAction{{Address: addrs.MustParseInstance("sysbox_vpn.x"), Action: plans.Create, Type: "sysbox_vpn"}}}
-	if _, err := FromPlan(p, nil); err == nil {
+	if _, err := FromPlan(p, nil, handlers.Builtin()); err == nil {
 		t.Fatal("unknown resource type accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package exec
+package executor
 
 import (
 	"context"
@@ -42,7 +42,7 @@ type saver struct {
 	cbs      []pendingSave
 	err      error // sticky
 	saves    int
-	fp       *failpoint
+	after    func(point string) // Executor.AfterDurable
 	// pause paces background saves: after a save that took d, the loop waits up to d before
 	// the next one (so that saving a large state takes at most about half the time and the
 	// batches grow), unless a synchronous commit is waiting.
@@ -54,8 +54,8 @@ type pendingSave struct {
 	fn  func(error)
 }
 
-func newSaver(store StateStore, st *states.State, now func() time.Time) *saver {
-	return &saver{store: store, st: st, stored: st.Serial, now: now, fp: failpointFromEnv(), pause: make(chan struct{}, 1)}
+func newSaver(store StateStore, st *states.State, now func() time.Time, after func(point string)) *saver {
+	return &saver{store: store, st: st, stored: st.Serial, now: now, after: after, pause: make(chan struct{}, 1)}
 }
 
 // view runs fn with the working state under the lock (fn must not keep references).
@@ -128,7 +128,9 @@ func (s *saver) loop(ctx context.Context) {
 			s.st.Serial = snap.Serial
 			s.savedGen = g
 			s.saves++
-			s.fp.hit("state")
+			if s.after != nil {
+				s.after(PointState)
+			}
 		}
 		var ready []func(error)
 		keep := s.cbs[:0]
