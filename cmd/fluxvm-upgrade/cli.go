@@ -565,12 +565,19 @@ func (a *app) verifyCmd() *cobra.Command {
 		Short: "Recompute EVIDENCE.sha256, report missing/modified/extra files, check the SSH signature",
 		Long: `verify-evidence recomputes every hash listed in DIR/EVIDENCE.sha256 and reports missing,
 modified and extra files. With --allowed-signers and --identity the signature EVIDENCE.sha256.sig
-must verify with ssh-keygen -Y verify in --namespace (default fluxvm-upgrade). Exit code 9 when
-the evidence does not hold.`,
+must verify with ssh-keygen -Y verify in --namespace (default fluxvm-upgrade); when the plan had
+signing, a missing signature fails even without --allowed-signers. Any symlink or special file in
+DIR, and any regular file the manifest does not list, fails. Exit code 9 when the evidence does
+not hold.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.AllowedSigners != "" && opt.Identity == "" {
 				return usageError{errors.New("--identity is required with --allowed-signers")}
+			}
+			if opt.AllowedSigners == "" && opt.Identity != "" {
+				// Without allowed signers nothing would check the identity: refuse rather than
+				// print "OK" for a check that never ran.
+				return usageError{errors.New("--identity needs --allowed-signers (the keys to check it against)")}
 			}
 			dir := filepath.Clean(args[0])
 			rep, err := evidence.Verify(cmd.Context(), dir, opt)

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"zyvor.dev/sysbox/fluxvm/evidence"
+	"zyvor.dev/sysbox/internal/testenv"
+)
+
+// signedTx runs a signed transaction to committed and returns the world, the allowed_signers
+// file and the transaction directory.
+func signedTx(t *testing.T) (*world, string) {
+	t.Helper()
+	keygen := testenv.RequireBinary(t, "ssh-keygen")
+	keys := t.TempDir()
+	key := filepath.Join(keys, "upgrade-signing-key")
+	if out, err := exec.Command(keygen, "-q", "-t", "ed25519", "-N", "", "-C", "release", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+	}
+	pub, _ := os.ReadFile(key + ".pub")
+	allowed := filepath.Join(keys, "allowed_signers")
+	if err := os.WriteFile(allowed, []byte(`release@zyvor.dev namespaces="fluxvm-upgrade" `+string(pub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorldOpts(t, worldOpts{signingKey: key})
+	if r := w.run("", "run", w.plan); r.code != 0 {
+		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
+	}
+	return w, allowed
+}
+
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), filepath.Base(src))
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a: %v\n%s", err, out)
+	}
+	return dst
+}
+
+// forgeJournal appends a record to the journal and rewrites EVIDENCE.sha256 to match, as an
+// attacker with write access to the transaction directory (but not the signing key) would.
+func forgeJournal(t *testing.T, dir string) {
+	t.Helper()
+	sig := filepath.Join(dir, evidence.SignatureFile)
+	saved, err := os.ReadFile(sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(sig) // Write leaves the signature alone; move it aside so the forgery is the only change
+	f, err := os.OpenFile(filepath.Join(dir, "journal.log"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("forged record\n")
+	f.Close()
+	if _, err := evidence.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sig, saved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestForgedEvidenceFailsClosed is the attack of issue #18 and its variants: every signature
+// outcome but "ssh-keygen accepted exactly this manifest for this identity and namespace" exits 9
+// with the reason, and so does any symlink or special file in the directory.
+func TestForgedEvidenceFailsClosed(t *testing.T) {
+	w, allowed := signedTx(t)
+	check := []string{"--allowed-signers", allowed, "--identity", "release@zyvor.dev", "--namespace", "fluxvm-upgrade"}
+	sigName := evidence.SignatureFile
+	cases := []struct {
+		name   string
+		tamper func(t *testing.T, dir string)
+		args   []string // verify-evidence flags (default: the full signature check)
+		code   int
+		want   string // in stdout+stderr
+	}{
+		{"untouched", func(*testing.T, string) {}, nil, 0, "signature: valid"},
+		{"untouched without allowed signers", func(*testing.T, string) {}, []string{}, 0, "signature: not-checked"},
+		{"forged journal, rewritten manifest, signature symlinked to itself", func(t *testing.T, d string) {
+			forgeJournal(t, d)
+			os.Remove(filepath.Join(d, sigName))
+			if err := os.Symlink(sigName, filepath.Join(d, sigName)); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, exitEvidence, "symlink"},
+		{"forged journal, rewritten manifest, old signature", func(t *testing.T, d string) { forgeJournal(t, d) }, nil, exitEvidence, "signature: invalid"},
+		{"signature removed", func(t *testing.T, d string) { os.Remove(filepath.Join(d, sigName)) }, nil, exitEvidence, "signature: missing"},
+		{"signature removed, plan had signing, no allowed signers", func(t *testing.T, d string) { os.Remove(filepath.Join(d, sigName)) }, []string{}, exitEvidence, "signature: missing"},
+		{"signature is a directory", func(t *testing.T, d string) {
+			os.Remove(filepath.Join(d, sigName))
+			os.Mkdir(filepath.Join(d, sigName), 0o700)
+		}, nil, exitEvidence, "signature"},
+		{"signature is a symlink to a valid copy", func(t *testing.T, d string) {
+			cp := filepath.Join(t.TempDir(), "sig")
+			os.WriteFile(cp, mustRead(filepath.Join(d, sigName)), 0o644)
+			os.Remove(filepath.Join(d, sigName))
+			os.Symlink(cp, filepath.Join(d, sigName))
+		}, nil, exitEvidence, "symlink"},
+		{"signature is a FIFO", func(t *testing.T, d string) {
+			os.Remove(filepath.Join(d, sigName))
+			if err := syscall.Mkfifo(filepath.Join(d, sigName), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, exitEvidence, "FIFO"},
+		{"signature empty", func(t *testing.T, d string) { os.WriteFile(filepath.Join(d, sigName), nil, 0o644) }, nil, exitEvidence, "empty"},
+		{"signature malformed", func(t *testing.T, d string) {
+			os.WriteFile(filepath.Join(d, sigName), []byte("-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n"), 0o644)
+		}, nil, exitEvidence, "signature: invalid"},
+		{"wrong identity", func(*testing.T, string) {}, []string{"--allowed-signers", allowed, "--identity", "mallory@zyvor.dev"}, exitEvidence, "signature: invalid"},
+		{"wrong namespace", func(*testing.T, string) {}, []string{"--allowed-signers", allowed, "--identity", "release@zyvor.dev", "--namespace", "other"}, exitEvidence, "signature: invalid"},
+		{"allowed signers missing", func(*testing.T, string) {}, []string{"--allowed-signers", filepath.Join(w.dir, "nope"), "--identity", "release@zyvor.dev"}, exitEvidence, "signature: invalid"},
+		{"identity without allowed signers", func(*testing.T, string) {}, []string{"--identity", "release@zyvor.dev"}, exitUsage, "--allowed-signers"},
+		{"manifest is a symlink to a forged copy", func(t *testing.T, d string) {
+			m := filepath.Join(d, evidence.ManifestFile)
+			cp := filepath.Join(t.TempDir(), "m")
+			os.WriteFile(cp, mustRead(m), 0o644)
+			os.Remove(m)
+			os.Symlink(cp, m)
+		}, nil, exitEvidence, "symlink"},
+		{"symlink among the logs", func(t *testing.T, d string) {
+			os.Symlink("/etc/hostname", filepath.Join(d, "logs", "zz.log"))
+		}, nil, exitEvidence, "symlink"},
+		{"extra file", func(t *testing.T, d string) {
+			os.WriteFile(filepath.Join(d, "logs", "injected.log"), []byte("x"), 0o600)
+		}, nil, exitEvidence, "EXTRA    logs/injected.log"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyDir(t, w.txDir())
+			tc.tamper(t, dir)
+			args := check
+			if tc.args != nil {
+				args = tc.args
+			}
+			r := w.run("", append([]string{"verify-evidence", dir}, args...)...)
+			out := r.stdout + r.stderr
+			if r.code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("verify-evidence %v: exit %d, want %d with %q:\n%s", args, r.code, tc.code, tc.want, out)
+			}
+			if tc.code != 0 && strings.Contains(out, "evidence OK") {
+				t.Errorf("says evidence OK although it exits %d:\n%s", r.code, out)
+			}
+		})
+	}
+}
