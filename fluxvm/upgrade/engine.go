@@ -3,6 +3,8 @@ package upgrade
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,6 +139,12 @@ func (e *Engine) open(p *Plan) (*tx, error) {
 		return nil, fmt.Errorf("transaction %s: %w", p.TransactionID, err)
 	}
 	t.view = replay(evs)
+	if t.view.begin == nil {
+		if err := checkNoStateWithoutJournal(t.dir); err != nil {
+			lock.Unlock()
+			return nil, fmt.Errorf("transaction %s: %w", p.TransactionID, err)
+		}
+	}
 	if repaired > 0 {
 		e.progressf("journal: dropped a torn tail of %d bytes (kept in %s)", repaired, "journal.torn-*")
 		if err := t.appendEvent(Event{Type: EvJournalRepaired, Reason: fmt.Sprintf("dropped an unterminated last record of %d bytes (never acknowledged); kept as journal.torn-*", repaired)}); err != nil {
@@ -585,9 +593,21 @@ func (t *tx) mapProgress(c *Component, m *Map, what string) bpfmap.Progress {
 func (t *tx) restoreMaps(ctx context.Context, c *Component, rollback bool) (json.RawMessage, error) {
 	var reps []MapReport
 	var errs []error
+	journaled, jerr := t.journaledSnapshot(c)
 	for i := range c.Maps {
 		m := &c.Maps[i]
 		spec := t.plan.Spec(c, m)
+		err := jerr
+		if err == nil {
+			err = t.checkMapSnapshot(c, m, journaled)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			if !rollback {
+				break
+			}
+			continue
+		}
 		rep, err := t.e.Store.Restore(ctx, spec, t.mapSnapshotPath(c, m), t.mapProgress(c, m, "restore"))
 		if err != nil {
 			errs = append(errs, err) // the store names component, map and pin
@@ -601,11 +621,58 @@ func (t *tx) restoreMaps(ctx context.Context, c *Component, rollback bool) (json
 	return mustJSON(reps), errors.Join(errs...)
 }
 
+// journaledSnapshot is what the journal's record of the component's snapshot step says was
+// captured. Restores trust a snapshot file only when it is exactly that one.
+func (t *tx) journaledSnapshot(c *Component) (snapshotDetail, error) {
+	var d snapshotDetail
+	st := t.view.step(false, c.Name, StepSnapshot)
+	if !st.Done {
+		return d, fmt.Errorf("component %s: the journal records no completed snapshot; refusing to restore from files it does not vouch for", c.Name)
+	}
+	if err := json.Unmarshal(st.Detail, &d); err != nil {
+		return d, fmt.Errorf("component %s: journaled snapshot record: %w", c.Name, err)
+	}
+	return d, nil
+}
+
+// checkMapSnapshot refuses a map snapshot file whose sha256 is not the one journaled when it was
+// taken: a corrupt file, or another valid snapshot swapped in its place.
+func (t *tx) checkMapSnapshot(c *Component, m *Map, d snapshotDetail) error {
+	path := t.mapSnapshotPath(c, m)
+	var want string
+	for _, r := range d.Maps {
+		if r.Map == m.Name && r.Snapshot != nil {
+			want = r.Snapshot.SHA256
+		}
+	}
+	if want == "" {
+		return fmt.Errorf("component %s: map %s: the journal records no snapshot of this map; refusing to restore %s", c.Name, m.Name, path)
+	}
+	f, err := durable.OpenRegular(path)
+	if err != nil {
+		return fmt.Errorf("component %s: map %s: snapshot: %w", c.Name, m.Name, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("component %s: map %s: snapshot %s: %w", c.Name, m.Name, path, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return fmt.Errorf("component %s: map %s: snapshot %s has sha256 %s, the journal recorded %s: %w",
+			c.Name, m.Name, path, got, want, bpfmap.ErrCorruptSnapshot)
+	}
+	return nil
+}
+
 func (t *tx) restoreFiles(c *Component) (json.RawMessage, error) {
 	if len(c.Files) == 0 {
 		return nil, nil
 	}
-	fs, err := restoreFiles(filepath.Join(t.snapshotDir(c), "files"), c.Files)
+	d, err := t.journaledSnapshot(c)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := restoreFiles(filepath.Join(t.snapshotDir(c), "files"), c.Files, d.Files)
 	if err != nil {
 		return mustJSON(fs), fmt.Errorf("component %s: %w", c.Name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -103,6 +104,12 @@ func ReadJournal(txDir string) ([]Event, error) {
 
 func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 	path := filepath.Join(txDir, JournalFile)
+	// The journal is never read through a symlink, nor from a FIFO or device put in its place.
+	if f, err := durable.OpenRegular(path); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, durable.LogInfo{}, fmt.Errorf("%w: %s: %w", ErrJournalCorrupt, path, err)
+	}
 	var evs []Event
 	info, err := durable.ReadLog(path, journalKind, journalVersion, func(_ int, raw json.RawMessage) error {
 		var ev Event
@@ -111,6 +118,9 @@ func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 		}
 		if ev.Seq != len(evs)+1 {
 			return fmt.Errorf("sequence %d, want %d", ev.Seq, len(evs)+1)
+		}
+		if err := checkEventOrder(evs, ev); err != nil {
+			return err
 		}
 		evs = append(evs, ev)
 		return nil
@@ -122,6 +132,37 @@ func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 		return evs, info, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 	}
 	return evs, info, nil
+}
+
+// checkEventOrder refuses a record that no run of the engine writes at that point: the begin
+// record is the first and only one (a second begin could carry another plan hash that replay
+// would trust), and nothing but a journal repair follows the end record.
+func checkEventOrder(prev []Event, ev Event) error {
+	switch ev.Type {
+	case EvBegin, EvStepStart, EvStepDone, EvStepFailed, EvRollbackBegin, EvEnd, EvJournalRepaired:
+	default:
+		return fmt.Errorf("record %d: unknown type %q", ev.Seq, ev.Type)
+	}
+	if len(prev) == 0 {
+		if ev.Type != EvBegin && ev.Type != EvJournalRepaired {
+			return fmt.Errorf("record 1 is %q, want %q", ev.Type, EvBegin)
+		}
+		return nil
+	}
+	var begun, ended bool
+	for _, p := range prev {
+		begun = begun || p.Type == EvBegin
+		ended = ended || p.Type == EvEnd
+	}
+	switch {
+	case ev.Type == EvBegin && begun:
+		return fmt.Errorf("record %d: a second %q record (plan sha256 %s)", ev.Seq, EvBegin, ev.PlanSHA256)
+	case ev.Type != EvBegin && ev.Type != EvJournalRepaired && !begun:
+		return fmt.Errorf("record %d: %q before the %q record", ev.Seq, ev.Type, EvBegin)
+	case ended && ev.Type != EvJournalRepaired:
+		return fmt.Errorf("record %d: %q after the %q record", ev.Seq, ev.Type, EvEnd)
+	}
+	return nil
 }
 
 // tornTail reports whether everything after the valid prefix is one unterminated line: an append

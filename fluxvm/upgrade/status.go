@@ -122,7 +122,10 @@ func buildStatus(dir string, v *txView, comps []Component) *Status {
 // ReadStatus reads a transaction directory (journal and the plan as begun). A corrupt journal is
 // an error wrapping ErrJournalCorrupt.
 func ReadStatus(txDir string) (*Status, error) {
-	if _, err := os.Stat(filepath.Join(txDir, JournalFile)); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(txDir, JournalFile)); errors.Is(err, fs.ErrNotExist) {
+		if err := checkNoStateWithoutJournal(txDir); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%s: %w", txDir, ErrNoTransaction)
 	}
 	evs, err := ReadJournal(txDir)
@@ -135,6 +138,11 @@ func ReadStatus(txDir string) (*Status, error) {
 		return nil, fmt.Errorf("%s: %w", txDir, err)
 	}
 	v := replay(evs)
+	if v.begin == nil {
+		if err := checkNoStateWithoutJournal(txDir); err != nil {
+			return nil, err
+		}
+	}
 	var comps []Component
 	if p, err := LoadPlan(filepath.Join(txDir, PlanFile)); err == nil {
 		comps = p.Components
