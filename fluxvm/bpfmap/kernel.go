@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -36,12 +36,12 @@ const maxBatchBytes = 8 << 20
 // KernelStore is the real Store: it opens declared pins with cilium/ebpf and moves entries with
 // BPF_MAP_*_BATCH, falling back to per-entry syscalls where the map type has no batch support.
 type KernelStore struct {
-	bootIDPath      string
-	tool            string
-	batch           int
-	parallel        int  // workers for large hash-family maps
-	noBatch         bool // tests: behave as on a kernel without batch map operations
-	now             func() time.Time
+	bootIDPath string
+	tool       string
+	batch      int
+	parallel   int  // workers for large hash-family maps
+	noBatch    bool // tests: behave as on a kernel without batch map operations
+	now        func() time.Time
 }
 
 var _ Store = (*KernelStore)(nil)
