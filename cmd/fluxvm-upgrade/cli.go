@@ -93,7 +93,7 @@ journal.final.json and EVIDENCE.sha256 (optionally signed with ssh-keygen -Y sig
 Exit codes: 0 ok/committed, 1 error, 2 usage, 3 invalid plan, 4 lock held, 5 plan modified since
 the transaction began, 6 rolled-back, 7 manual-intervention, 8 probe failed, 9 evidence does not
 verify, 10 journal corrupt, 11 transaction exists / missing / already committed, 12 interrupted by a
-signal (transaction still running: resume or rollback it).`,
+signal (transaction still running: resume or rollback it), 13 status: evidence pending.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
@@ -412,8 +412,9 @@ func (a *app) statusCmd() *cobra.Command {
 		Long: `status reads the transaction's journal (never taking the lock) and prints its state
 (running, committed, rolled-back, manual-intervention), phase and every step with outcome and
 RFC 3339 UTC timestamps. --json prints one object. With --state-dir alone it lists every
-transaction there, one line each. Exit code 0 for any readable transaction, 10 for a corrupt
-journal, 11 when there is none.`,
+transaction there, one line each. Exit code 0 for any readable transaction, 13 for a terminal
+one whose evidence is not written yet (EVIDENCE PENDING: resume or reconcile writes it), 10 for
+a corrupt journal, 11 when there is none.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if stateDir != "" {
@@ -450,6 +451,10 @@ journal, 11 when there is none.`,
 			st, err := upgrade.ReadStatus(dir)
 			if err != nil {
 				return err
+			}
+			if st.EvidencePending() {
+				// Scripts must not take a terminal state without its evidence for finished.
+				a.code = exitEvidencePending
 			}
 			if jsonOut {
 				return a.writeJSON(st)
@@ -497,7 +502,11 @@ func renderStatus(w io.Writer, s *upgrade.Status) {
 		}
 	}
 	if s.Evidence != nil {
-		fmt.Fprintf(w, "evidence: manifest %v, signature %v\n", s.Evidence.Manifest, s.Evidence.Signature)
+		fmt.Fprintf(w, "evidence: %s (manifest %v, signature %v)\n", s.Evidence.State, s.Evidence.Manifest, s.Evidence.Signature)
+		if s.EvidencePending() {
+			fmt.Fprintf(w, "EVIDENCE PENDING: the transaction is %s but %s (and, when the plan signs, its signature) is not written yet; run `fluxvm-upgrade resume PLAN` or let the reconcile timer finish it\n",
+				s.State, evidence.ManifestFile)
+		}
 	}
 }
 
@@ -581,6 +590,15 @@ not hold.`,
 			}
 			dir := filepath.Clean(args[0])
 			rep, err := evidence.Verify(cmd.Context(), dir, opt)
+			if errors.Is(err, evidence.ErrNoManifest) {
+				if st, serr := upgrade.ReadStatus(dir); serr == nil {
+					if st.State != upgrade.StateRunning {
+						err = fmt.Errorf("%w: transaction %s is %s: evidence not written yet; run resume (or wait for reconcile)", err, st.TransactionID, st.State)
+					} else {
+						err = fmt.Errorf("%w: transaction %s is still running: evidence is written when it ends", err, st.TransactionID)
+					}
+				}
+			}
 			if jsonOut {
 				if werr := a.writeJSON(rep); werr != nil {
 					return werr

@@ -150,3 +150,38 @@ func TestForgedEvidenceFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestEvidencePendingIsNotFinished: killed between the terminal journal record and the
+// evidence, status says EVIDENCE PENDING (words, JSON, exit 13), verify-evidence says to run
+// resume, and reconcile writes the evidence.
+func TestEvidencePendingIsNotFinished(t *testing.T) {
+	for _, fp := range []string{"end", "final:journal.final.json"} {
+		t.Run(fp, func(t *testing.T) {
+			w := newWorld(t, "gamma")
+			if r := w.run(fp, "run", w.plan); !r.signaled {
+				t.Fatalf("failpoint %s not hit: exit %d: %s", fp, r.code, r.stderr)
+			}
+			r := w.run("", "status", w.plan)
+			if r.code != exitEvidencePending || !strings.Contains(r.stdout, "ROLLED-BACK") || !strings.Contains(r.stdout, "EVIDENCE PENDING") || !strings.Contains(r.stdout, "resume") {
+				t.Errorf("status: exit %d, want %d and EVIDENCE PENDING:\n%s%s", r.code, exitEvidencePending, r.stdout, r.stderr)
+			}
+			r = w.run("", "status", "--json", w.plan)
+			if r.code != exitEvidencePending || !strings.Contains(r.stdout, `"state": "pending"`) {
+				t.Errorf("status --json: exit %d, want %d with evidence state pending:\n%s", r.code, exitEvidencePending, r.stdout)
+			}
+			r = w.run("", "verify-evidence", w.txDir())
+			if r.code != exitEvidence || !strings.Contains(r.stderr, "evidence not written yet; run resume") {
+				t.Errorf("verify-evidence: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			// The transaction is terminal and its lock free: reconcile finishes it whatever the age.
+			r = w.run("", "reconcile", "--state-dir", w.state, "--stale-minutes", "15")
+			if r.code != 0 {
+				t.Errorf("reconcile: exit %d: %s%s", r.code, r.stdout, r.stderr)
+			}
+			w.checkConverged("rolled-back")
+			if r := w.run("", "status", w.plan); r.code != 0 || !strings.Contains(r.stdout, "evidence: complete") {
+				t.Errorf("status after reconcile: exit %d:\n%s", r.code, r.stdout)
+			}
+		})
+	}
+}

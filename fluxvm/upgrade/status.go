@@ -49,10 +49,24 @@ type StepStatus struct {
 }
 
 // EvidenceStatus says whether the evidence files are present (not whether they verify).
+// State is "complete" (terminal, manifest and, when the plan signs, signature written),
+// "pending" (terminal, but finalization has not finished: resume or reconcile writes it) or
+// "none" (the transaction is still running).
 type EvidenceStatus struct {
-	Manifest  bool `json:"manifest"`
-	Signature bool `json:"signature"`
+	Manifest  bool   `json:"manifest"`
+	Signature bool   `json:"signature"`
+	State     string `json:"state"`
 }
+
+// Evidence states.
+const (
+	EvidenceComplete = "complete"
+	EvidencePending  = "pending"
+	EvidenceNone     = "none"
+)
+
+// EvidencePending reports a terminal transaction whose evidence is not (fully) written.
+func (s *Status) EvidencePending() bool { return s.Evidence != nil && s.Evidence.State == EvidencePending }
 
 func ts(t time.Time) string {
 	if t.IsZero() {
@@ -148,9 +162,15 @@ func ReadStatus(txDir string) (*Status, error) {
 		comps = p.Components
 	}
 	s := buildStatus(txDir, v, comps)
-	_, manErr := os.Stat(filepath.Join(txDir, evidence.ManifestFile))
-	_, sigErr := os.Stat(filepath.Join(txDir, evidence.SignatureFile))
-	s.Evidence = &EvidenceStatus{Manifest: manErr == nil, Signature: sigErr == nil}
+	_, manErr := os.Lstat(filepath.Join(txDir, evidence.ManifestFile))
+	_, sigErr := os.Lstat(filepath.Join(txDir, evidence.SignatureFile))
+	s.Evidence = &EvidenceStatus{Manifest: manErr == nil, Signature: sigErr == nil, State: EvidenceNone}
+	if v.end != nil {
+		s.Evidence.State = EvidencePending
+		if finalized(txDir) {
+			s.Evidence.State = EvidenceComplete
+		}
+	}
 	return s, nil
 }
 
