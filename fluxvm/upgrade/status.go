@@ -66,7 +66,9 @@ const (
 )
 
 // EvidencePending reports a terminal transaction whose evidence is not (fully) written.
-func (s *Status) EvidencePending() bool { return s.Evidence != nil && s.Evidence.State == EvidencePending }
+func (s *Status) EvidencePending() bool {
+	return s.Evidence != nil && s.Evidence.State == EvidencePending
+}
 
 func ts(t time.Time) string {
 	if t.IsZero() {
