@@ -4,9 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"zyvor.dev/sysbox/fluxvm/evidence"
 	"zyvor.dev/sysbox/internal/testenv"
@@ -184,4 +186,53 @@ func TestEvidencePendingIsNotFinished(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHookLogStreamsAndSurvivesSIGKILL: a hook's output reaches its log while it runs, with a
+// timestamp, and stays there when the manager is killed with SIGKILL mid-hook.
+func TestHookLogStreamsAndSurvivesSIGKILL(t *testing.T) {
+	wait := filepath.Join(t.TempDir(), "go")
+	w := newWorldOpts(t, worldOpts{waitFile: wait})
+	cmd := w.startRunInPreflight(t)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			os.WriteFile(wait, nil, 0o600) // let the orphaned hook finish
+		}
+	}
+	defer release()
+	logPath := filepath.Join(w.txDir(), "logs", "alpha.preflight.1.log")
+	line := regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z stdout\| hook alpha/preflight starting$`)
+	deadline := time.Now().Add(20 * time.Second)
+	for !line.Match(mustRead(logPath)) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the hook's first line never reached %s while it ran:\n%s", logPath, mustRead(logPath))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill() // SIGKILL of the manager, mid-hook
+	cmd.Wait()
+	if b := mustRead(logPath); !line.Match(b) || !strings.HasPrefix(string(b), "# argv: ") {
+		t.Errorf("after SIGKILL the partial log is gone or changed:\n%s", b)
+	}
+	release()
+	// Once the orphaned hook is gone, recovery works and keeps the partial log.
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		r := w.run("", "rollback", w.plan)
+		if r.code == exitRolledBack {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rollback after SIGKILL: exit %d: %s", r.code, r.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !line.Match(mustRead(logPath)) {
+		t.Errorf("the partial log did not survive recovery")
+	}
+	w.checkConverged("rolled-back")
 }

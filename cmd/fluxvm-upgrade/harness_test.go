@@ -61,6 +61,7 @@ bin=$1 fake=$2 order=$3 work=$4 fail=$5 wait=${6:-} failrb=${7:-}
 c=$FLUXVM_COMPONENT
 pin=$FLUXVM_BPFFS_ROOT/$c/m
 echo "$c/$FLUXVM_STEP" >> "$order"
+echo "hook $c/$FLUXVM_STEP starting"
 case $FLUXVM_STEP in
 preflight)
 	if [ -n "$wait" ]; then while [ ! -e "$wait" ]; do sleep 0.05; done; fi

@@ -1,7 +1,6 @@
 package upgrade
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -41,7 +40,7 @@ func (e *PlanModifiedError) Error() string {
 
 func (e *PlanModifiedError) Unwrap() error { return ErrPlanModified }
 
-// MaxHookOutput bounds each captured stream of a hook.
+// MaxHookOutput bounds each captured stream of a hook, and its log file as a whole.
 const MaxHookOutput = 256 << 10
 
 // Engine runs upgrade transactions. Fields are set once and not changed while it runs.
@@ -492,7 +491,9 @@ func (t *tx) hookEnv(c *Component, step string, attempt int) []string {
 	}
 }
 
-// runHook runs one hook and durably writes its bounded log to logs/<component>.<step>.<attempt>.log.
+// runHook runs one hook, streaming its output into logs/<component>.<step>.<attempt>.log as it
+// runs (timestamped lines, bounded), and syncs the log before returning, that is before the
+// step's outcome is journaled.
 func (t *tx) runHook(ctx context.Context, c *Component, step string, h *Hook, attempt int) error {
 	if h == nil {
 		return nil
@@ -501,26 +502,28 @@ func (t *tx) runHook(ctx context.Context, c *Component, step string, h *Hook, at
 	if err := durable.MkdirAll(logDir, 0o700); err != nil {
 		return err
 	}
+	logPath := filepath.Join(logDir, fmt.Sprintf("%s.%s.%d.log", c.Name, step, attempt))
+	hl, err := createHookLog(logPath, MaxHookOutput, t.e.now,
+		fmt.Sprintf("# argv: %s\n# step: %s attempt %d\n# started: %s\n", argv.Quote(h.Argv), step, attempt, ts(t.e.now())))
+	if err != nil {
+		return fmt.Errorf("component %s: %s: %w", c.Name, step, err)
+	}
 	res, runErr := t.e.Runner.Run(ctx, argv.Cmd{
 		Argv:      h.Argv,
 		Env:       t.hookEnv(c, step, attempt),
 		Dir:       "/",
 		Timeout:   h.Timeout,
 		MaxOutput: MaxHookOutput,
+		Stdout:    hl.stream("stdout"),
+		Stderr:    hl.stream("stderr"),
 	})
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# argv: %s\n# step: %s attempt %d\n# exit code: %d  duration: %s  truncated: %v  timed out: %v\n",
-		argv.Quote(h.Argv), step, attempt, res.ExitCode, res.Duration.Round(time.Millisecond), res.Truncated, res.TimedOut)
+	footer := fmt.Sprintf("# exit code: %d  duration: %s  truncated: %v  timed out: %v\n",
+		res.ExitCode, res.Duration.Round(time.Millisecond), res.Truncated || hl.truncated, res.TimedOut)
 	if runErr != nil {
-		fmt.Fprintf(&b, "# error: %v\n", runErr)
+		footer += fmt.Sprintf("# error: %v\n", runErr)
 	}
-	fmt.Fprintf(&b, "# --- stdout (%d bytes) ---\n", len(res.Stdout))
-	b.Write(res.Stdout)
-	fmt.Fprintf(&b, "\n# --- stderr (%d bytes) ---\n", len(res.Stderr))
-	b.Write(res.Stderr)
-	logPath := filepath.Join(logDir, fmt.Sprintf("%s.%s.%d.log", c.Name, step, attempt))
-	if err := durable.WriteFile(logPath, b.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("component %s: %s hook log: %w", c.Name, step, err)
+	if err := hl.finish(footer); err != nil {
+		return fmt.Errorf("component %s: %s: %w", c.Name, step, err)
 	}
 	if runErr != nil {
 		return fmt.Errorf("component %s: %s hook: %w", c.Name, step, runErr)
