@@ -389,15 +389,22 @@ and (exit 10) a torn or corrupt journal unless --repair-torn-tail applies.`,
 
 func (a *app) rollbackCmd() *cobra.Command {
 	var reason string
-	var repair bool
+	var repair, retry bool
 	return a.txCmd("rollback PLAN", "Roll back a transaction from any non-terminal point",
 		`rollback rolls back every component whose apply started, in reverse order: rollback hook,
 file restoration, map restoration, rollback_health. A failure ends the transaction in
-manual-intervention (exit 7). Refuses (exit 5) a modified plan and (exit 11) a committed transaction.`,
+manual-intervention (exit 7). Refuses (exit 5) a modified plan and (exit 11) a committed transaction.
+With --retry, a manual-intervention transaction whose cause the operator fixed re-runs only its
+failed rollback steps (exit 6 when it ends rolled-back, 7 when a step fails again; 11 when the
+transaction is not in manual-intervention).`,
 		func(ctx context.Context, e *upgrade.Engine, p *upgrade.Plan) (upgrade.Result, error) {
 			e.RepairTornTail = repair
+			if retry {
+				return e.RetryRollback(ctx, p, reason)
+			}
 			return e.Rollback(ctx, p, reason)
 		}, func(c *cobra.Command) {
+			c.Flags().BoolVar(&retry, "retry", false, "after manual-intervention: re-run only the failed rollback steps (and those they held back), journaled as a retry; the failed attempt stays in the evidence")
 			c.Flags().StringVar(&reason, "reason", "operator requested rollback", "reason recorded in the journal")
 			c.Flags().BoolVar(&repair, "repair-torn-tail", false, repairHelp)
 		})

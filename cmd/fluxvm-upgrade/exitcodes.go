@@ -44,7 +44,8 @@ func exitFor(err error) int {
 		return exitRunning
 	case errors.Is(err, upgrade.ErrJournalCorrupt):
 		return exitJournalCorrupt
-	case errors.Is(err, upgrade.ErrTransactionExists), errors.Is(err, upgrade.ErrNoTransaction), errors.Is(err, upgrade.ErrAlreadyCommitted):
+	case errors.Is(err, upgrade.ErrTransactionExists), errors.Is(err, upgrade.ErrNoTransaction), errors.Is(err, upgrade.ErrAlreadyCommitted),
+		errors.Is(err, upgrade.ErrNotRetryable):
 		return exitTxState
 	}
 	return exitError

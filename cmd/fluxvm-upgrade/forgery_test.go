@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"zyvor.dev/sysbox/fluxvm/evidence"
+	"zyvor.dev/sysbox/fluxvm/upgrade"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -235,4 +236,72 @@ func TestHookLogStreamsAndSurvivesSIGKILL(t *testing.T) {
 		t.Errorf("the partial log did not survive recovery")
 	}
 	w.checkConverged("rolled-back")
+}
+
+// TestRollbackRetry: beta's rollback hook fails (manual-intervention); after the cause is
+// removed, rollback --retry re-runs only beta's failed rollback steps, journals the retry, keeps
+// the failed attempt in the evidence and ends rolled-back.
+func TestRollbackRetry(t *testing.T) {
+	w := newWorld(t, "gamma")
+	cause := filepath.Join(w.work, "fail-rollback.beta")
+	if err := os.WriteFile(cause, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.run("", "run", w.plan); r.code != exitManualIntervention {
+		t.Fatalf("run: exit %d, want %d: %s", r.code, exitManualIntervention, r.stderr)
+	}
+	if r := w.run("", "rollback", "--retry", w.plan); r.code != exitManualIntervention {
+		t.Errorf("retry with the cause still there: exit %d, want %d: %s", r.code, exitManualIntervention, r.stderr)
+	}
+	os.Remove(cause)
+	before := w.hookOrder()
+	r := w.run("", "rollback", "--retry", w.plan)
+	if r.code != exitRolledBack {
+		t.Fatalf("rollback --retry: exit %d, want %d: %s%s", r.code, exitRolledBack, r.stdout, r.stderr)
+	}
+	if got := strings.Join(w.hookOrder()[len(before):], " "); got != "beta/rollback beta/rollback-health" {
+		t.Errorf("retry ran hooks %q, want only beta's failed rollback and its rollback-health", got)
+	}
+	st := w.status()
+	if st.State != "rolled-back" || !strings.Contains(st.Reason, "retried 2 time(s)") {
+		t.Errorf("status: %s (%s)", st.State, st.Reason)
+	}
+	evs := strings.Join(mustReadJournalTypes(t, w), " ")
+	if strings.Count(evs, "rollback-retry") != 2 || strings.Count(evs, "step-failed:beta:rollback") != 2 {
+		t.Errorf("journal does not keep both failed attempts and both retries: %s", evs)
+	}
+	for _, f := range []string{"logs/beta.rollback.1.log", "logs/beta.rollback.3.log", "journal.final.manual-intervention-1.json", "journal.final.manual-intervention-2.json"} {
+		if _, err := os.Stat(filepath.Join(w.txDir(), f)); err != nil {
+			t.Errorf("failed attempt not kept: %v", err)
+		}
+	}
+	manifest := string(mustRead(filepath.Join(w.txDir(), evidence.ManifestFile)))
+	if !strings.Contains(manifest, "journal.final.manual-intervention-1.json") || !strings.Contains(manifest, "logs/beta.rollback.1.log") {
+		t.Errorf("evidence does not cover the failed attempt:\n%s", manifest)
+	}
+	if r := w.run("", "verify-evidence", w.txDir()); r.code != 0 {
+		t.Errorf("verify-evidence: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, c := range w.comps {
+		if got := w.fakeMap("dump", filepath.Join(w.bpf, c, "m")); !strings.Contains(got, `"entries":{"01":"0a","02":"0b"}`) {
+			t.Errorf("%s map after retry: %s", c, got)
+		}
+		w.checkFile(c+".conf", "old config of "+c+"\n", 0o640)
+	}
+	if r := w.run("", "rollback", "--retry", w.plan); r.code != exitTxState {
+		t.Errorf("retry of a rolled-back transaction: exit %d, want %d: %s", r.code, exitTxState, r.stderr)
+	}
+}
+
+func mustReadJournalTypes(t *testing.T, w *world) []string {
+	t.Helper()
+	evs, err := upgrade.ReadJournal(w.txDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range evs {
+		out = append(out, ev.Key())
+	}
+	return out
 }

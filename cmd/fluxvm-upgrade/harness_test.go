@@ -77,6 +77,7 @@ apply)
 	;;
 rollback)
 	[ "$c" != "$failrb" ]
+	[ ! -e "$work/fail-rollback.$c" ]
 	"$bin" fake-map --state "$fake" create "$pin" --type Hash --key-size 1 --value-size 1 --max-entries 8
 	;;
 health)

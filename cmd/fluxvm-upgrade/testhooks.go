@@ -64,7 +64,7 @@ func checkFailpoint(key string) error {
 	switch {
 	case len(parts) == 1:
 		switch key {
-		case upgrade.EvBegin, upgrade.EvRollbackBegin, upgrade.EvEnd, upgrade.EvJournalRepaired:
+		case upgrade.EvBegin, upgrade.EvRollbackBegin, upgrade.EvEnd, upgrade.EvJournalRepaired, upgrade.EvRollbackRetry:
 			return nil
 		}
 	case len(parts) == 2 && parts[0] == "final":
@@ -80,7 +80,7 @@ func checkFailpoint(key string) error {
 			}
 		}
 	}
-	return fmt.Errorf("unknown failpoint %q (want begin, rollback-begin, end, journal-repaired, step-start|step-done|step-failed|ran:COMPONENT:STEP, or final:%s|%s)",
+	return fmt.Errorf("unknown failpoint %q (want begin, rollback-begin, end, journal-repaired, rollback-retry, step-start|step-done|step-failed|ran:COMPONENT:STEP, or final:%s|%s)",
 		key, upgrade.FinalFile, evidence.ManifestFile)
 }
 

@@ -26,6 +26,7 @@ var (
 	ErrNoTransaction     = errors.New("no such transaction")
 	ErrAlreadyCommitted  = errors.New("transaction already committed")
 	ErrProbeFailed       = errors.New("probe failed")
+	ErrNotRetryable      = errors.New("only a manual-intervention transaction's rollback can be retried")
 )
 
 // PlanModifiedError carries both hashes (F3).
@@ -248,6 +249,55 @@ func (e *Engine) Rollback(ctx context.Context, p *Plan, reason string) (Result, 
 	return t.rollbackNow(ctx, reason)
 }
 
+// RetryRollback re-runs the failed rollback steps of a manual-intervention transaction (and the
+// steps a failed rollback hook held back), after the operator fixed the cause. Steps that
+// succeeded are not run again. The retry is journaled; the failed attempt's records, hook logs
+// and final status stay in the directory and so in the new evidence. A successful retry ends
+// rolled-back; another failure ends manual-intervention again.
+func (e *Engine) RetryRollback(ctx context.Context, p *Plan, reason string) (Result, error) {
+	t, err := e.open(p)
+	if err != nil {
+		return Result{}, err
+	}
+	defer t.close()
+	if err := t.checkHash(); err != nil {
+		return t.result(), err
+	}
+	if t.view.begin == nil {
+		return Result{}, fmt.Errorf("transaction %s: %w in %s", p.TransactionID, ErrNoTransaction, p.StateDir)
+	}
+	if t.view.end == nil && t.view.retries > 0 {
+		return t.drive(ctx) // a retry interrupted by a crash: carry on
+	}
+	if t.view.end == nil || t.view.end.State != StateManualIntervention {
+		return t.result(), fmt.Errorf("transaction %s is %s: %w", p.TransactionID, t.view.state(), ErrNotRetryable)
+	}
+	if err := t.setAsideEvidence(); err != nil {
+		return t.result(), err
+	}
+	if err := t.appendEvent(Event{Type: EvRollbackRetry, Reason: reason}); err != nil {
+		return t.result(), err
+	}
+	return t.drive(ctx)
+}
+
+// setAsideEvidence keeps the failed attempt's final status as journal.final.<state>-<n>.json and
+// removes its manifest and signature, durably, before the retry is journaled: the evidence
+// written when the retry ends then covers both attempts. A crash in between leaves a terminal
+// transaction with pending evidence, which resume or reconcile finalize as before.
+func (t *tx) setAsideEvidence() error {
+	kept := filepath.Join(t.dir, fmt.Sprintf("journal.final.%s-%d.json", t.view.end.State, t.view.retries+1))
+	if err := os.Rename(filepath.Join(t.dir, FinalFile), kept); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("transaction %s: keep the failed attempt's status: %w", t.plan.TransactionID, err)
+	}
+	for _, f := range []string{evidence.SignatureFile, evidence.ManifestFile} {
+		if err := os.Remove(filepath.Join(t.dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("transaction %s: %w", t.plan.TransactionID, err)
+		}
+	}
+	return durable.SyncDir(t.dir)
+}
+
 func (t *tx) rollbackNow(ctx context.Context, reason string) (Result, error) {
 	p := t.plan
 	if err := t.checkHash(); err != nil {
@@ -443,10 +493,14 @@ func (t *tx) rollbackPhase(ctx context.Context) error {
 			}
 		}
 	}
-	if len(failures) > 0 {
-		return t.appendEvent(Event{Type: EvEnd, State: StateManualIntervention, Reason: "rollback did not complete: " + strings.Join(failures, "; ") + " (after: " + t.view.rollback.Reason + ")"})
+	retried := ""
+	if n := t.view.retries; n > 0 {
+		retried = fmt.Sprintf(" (rollback retried %d time(s) after manual intervention)", n)
 	}
-	return t.appendEvent(Event{Type: EvEnd, State: StateRolledBack, Reason: t.view.rollback.Reason})
+	if len(failures) > 0 {
+		return t.appendEvent(Event{Type: EvEnd, State: StateManualIntervention, Reason: "rollback did not complete: " + strings.Join(failures, "; ") + " (after: " + t.view.rollback.Reason + ")" + retried})
+	}
+	return t.appendEvent(Event{Type: EvEnd, State: StateRolledBack, Reason: t.view.rollback.Reason + retried})
 }
 
 func (t *tx) componentRollbackFailed(c *Component) bool {

@@ -32,6 +32,9 @@ const (
 	EvEnd           = "end"
 	// EvJournalRepaired records that a torn tail was dropped (its bytes kept beside the journal).
 	EvJournalRepaired = "journal-repaired"
+	// EvRollbackRetry reopens a manual-intervention transaction: its failed rollback steps (and
+	// only those, with the steps they held back) run again. The failed attempts stay journaled.
+	EvRollbackRetry = "rollback-retry"
 )
 
 // Forward and rollback steps, in order (F12, F13).
@@ -139,7 +142,7 @@ func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 // would trust), and nothing but a journal repair follows the end record.
 func checkEventOrder(prev []Event, ev Event) error {
 	switch ev.Type {
-	case EvBegin, EvStepStart, EvStepDone, EvStepFailed, EvRollbackBegin, EvEnd, EvJournalRepaired:
+	case EvBegin, EvStepStart, EvStepDone, EvStepFailed, EvRollbackBegin, EvEnd, EvJournalRepaired, EvRollbackRetry:
 	default:
 		return fmt.Errorf("record %d: unknown type %q", ev.Seq, ev.Type)
 	}
@@ -149,17 +152,26 @@ func checkEventOrder(prev []Event, ev Event) error {
 		}
 		return nil
 	}
-	var begun, ended bool
-	for _, p := range prev {
-		begun = begun || p.Type == EvBegin
-		ended = ended || p.Type == EvEnd
+	var begun bool
+	var end *Event // the last end record not reopened by a retry
+	for i := range prev {
+		switch prev[i].Type {
+		case EvBegin:
+			begun = true
+		case EvEnd:
+			end = &prev[i]
+		case EvRollbackRetry:
+			end = nil
+		}
 	}
 	switch {
 	case ev.Type == EvBegin && begun:
 		return fmt.Errorf("record %d: a second %q record (plan sha256 %s)", ev.Seq, EvBegin, ev.PlanSHA256)
 	case ev.Type != EvBegin && ev.Type != EvJournalRepaired && !begun:
 		return fmt.Errorf("record %d: %q before the %q record", ev.Seq, ev.Type, EvBegin)
-	case ended && ev.Type != EvJournalRepaired:
+	case ev.Type == EvRollbackRetry && (end == nil || end.State != StateManualIntervention):
+		return fmt.Errorf("record %d: %q of a transaction that did not end in %s", ev.Seq, ev.Type, StateManualIntervention)
+	case end != nil && ev.Type != EvJournalRepaired && ev.Type != EvRollbackRetry:
 		return fmt.Errorf("record %d: %q after the %q record", ev.Seq, ev.Type, EvEnd)
 	}
 	return nil
@@ -239,6 +251,7 @@ type txView struct {
 	steps        map[stepKey]*stepStatus
 	lastTime     time.Time
 	firstFailure string
+	retries      int // rollback-retry records
 }
 
 func replay(evs []Event) *txView {
@@ -253,6 +266,16 @@ func replay(evs []Event) *txView {
 			v.rollback = ev
 		case EvEnd:
 			v.end = ev
+		case EvRollbackRetry:
+			// Failed rollback steps run again; their attempts count on, so each attempt keeps
+			// its own log, and the failed records stay in the journal.
+			v.end = nil
+			v.retries++
+			for k, st := range v.steps {
+				if k.rollback && st.Failed {
+					st.Failed, st.Error, st.Finished = false, "", time.Time{}
+				}
+			}
 		case EvStepStart, EvStepDone, EvStepFailed:
 			k := stepKey{rollback: v.rollback != nil, component: ev.Component, step: ev.Step}
 			s := v.steps[k]
