@@ -305,3 +305,35 @@ func mustReadJournalTypes(t *testing.T, w *world) []string {
 	}
 	return out
 }
+
+// TestProbeTakesNoLock: probe reports a held lock, and when the lock is free it never takes it
+// (taking it would also rewrite the holder line in the lock file, which is checked here).
+func TestProbeTakesNoLock(t *testing.T) {
+	w := newWorld(t, "")
+	lock := filepath.Join(w.state, "crash-tx.lock")
+	if err := os.MkdirAll(w.state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const sentinel = "pid 1 (not a real holder) since 2026-01-01T00:00:00Z\n"
+	if err := os.WriteFile(lock, []byte(sentinel), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.run("", "probe", w.plan); r.code != 0 {
+		t.Fatalf("probe with a free lock: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := string(mustRead(lock)); got != sentinel {
+		t.Errorf("probe took the lock (the holder line was rewritten to %q)", got)
+	}
+	f, err := os.OpenFile(lock, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	r := w.run("", "probe", w.plan)
+	if r.code != exitProbeFailed || !strings.Contains(r.stdout, "transaction lock free") || !strings.Contains(r.stdout, "not a real holder") {
+		t.Errorf("probe with the lock held: exit %d, want %d naming the holder:\n%s%s", r.code, exitProbeFailed, r.stdout, r.stderr)
+	}
+}
