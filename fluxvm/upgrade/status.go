@@ -138,6 +138,13 @@ func buildStatus(dir string, v *txView, comps []Component) *Status {
 // ReadStatus reads a transaction directory (journal and the plan as begun). A corrupt journal is
 // an error wrapping ErrJournalCorrupt.
 func ReadStatus(txDir string) (*Status, error) {
+	if fi, err := os.Stat(txDir); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", txDir, ErrNoTransaction)
+	} else if err != nil {
+		return nil, fmt.Errorf("transaction directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("transaction directory %s: not a directory", txDir)
+	}
 	if _, err := os.Lstat(filepath.Join(txDir, JournalFile)); errors.Is(err, fs.ErrNotExist) {
 		if err := checkNoStateWithoutJournal(txDir); err != nil {
 			return nil, err

@@ -21,8 +21,12 @@ var ErrTooLarge = errors.New("file too large")
 // directory) read-only without following a symlink in its last component, and refuses anything
 // but a regular file. O_NONBLOCK keeps a FIFO planted in place of a file from blocking the open.
 func OpenRegularAt(dirfd int, name string) (*os.File, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	if errors.Is(err, unix.ELOOP) {
+	return openRegularAt(dirfd, name, unix.O_NOFOLLOW)
+}
+
+func openRegularAt(dirfd int, name string, extra int) (*os.File, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY|extra, 0)
+	if errors.Is(err, unix.ELOOP) && extra&unix.O_NOFOLLOW != 0 {
 		return nil, fmt.Errorf("%s: %w (a symlink)", name, ErrNotRegular)
 	}
 	if err != nil {
@@ -56,6 +60,21 @@ func ReadRegularAt(dirfd int, name string, max int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return readLimited(f, name, max)
+}
+
+// ReadInputFile reads a file an operator names on the command line: symlinks are followed (the
+// operator chose the path), but only a regular file is read — a FIFO or device is refused
+// without blocking — and at most max bytes (a larger file wraps ErrTooLarge).
+func ReadInputFile(path string, max int64) ([]byte, error) {
+	f, err := openRegularAt(unix.AT_FDCWD, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	return readLimited(f, path, max)
+}
+
+func readLimited(f *os.File, name string, max int64) ([]byte, error) {
 	defer f.Close()
 	var r io.Reader = f
 	if max > 0 {
@@ -63,7 +82,7 @@ func ReadRegularAt(dirfd int, name string, max int64) ([]byte, error) {
 	}
 	b, err := io.ReadAll(r)
 	if err != nil {
-		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
+		return nil, err // an *fs.PathError naming the file
 	}
 	if max > 0 && int64(len(b)) > max {
 		return nil, fmt.Errorf("%s: %w (more than %d bytes)", name, ErrTooLarge, max)
