@@ -98,6 +98,8 @@ type world struct {
 	work  string
 	plan  string
 	comps []string
+	// signingKey is the plan's signing key, if any.
+	signingKey string
 }
 
 // worldOpts varies the hooks and plan: which component's health or rollback fails, a file the
@@ -150,6 +152,7 @@ func newWorldOpts(t *testing.T, o worldOpts) *world {
 			c, hooks, filepath.Join(w.work, c+".conf"), filepath.Join(w.work, c+".created"), filepath.Join(w.work, c+".removed"), c))
 	}
 	signing := ""
+	w.signingKey = o.signingKey
 	if o.signingKey != "" {
 		signing = fmt.Sprintf(`,"signing":{"ssh_private_key":%q,"namespace":"fluxvm-upgrade"}`, o.signingKey)
 	}

@@ -134,7 +134,7 @@ func walk(dirfd int, rel string, cleanTemps bool, out *[]Entry) error {
 			continue
 		case unix.S_IFREG:
 		default:
-			return fmt.Errorf("%s is %s; only regular files and directories may be in a transaction directory", p, kindOf(st.Mode))
+			return fmt.Errorf("%s is %s; only regular files and directories may be in a transaction directory", p, durable.FileTypeName(st.Mode))
 		}
 		if rel == "" && (name == ManifestFile || name == SignatureFile) {
 			continue
@@ -165,20 +165,6 @@ func displayDir(rel string) string {
 		return "."
 	}
 	return rel
-}
-
-func kindOf(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFLNK:
-		return "a symlink"
-	case unix.S_IFIFO:
-		return "a FIFO"
-	case unix.S_IFSOCK:
-		return "a socket"
-	case unix.S_IFCHR, unix.S_IFBLK:
-		return "a device"
-	}
-	return fmt.Sprintf("of file type %#o", mode&unix.S_IFMT)
 }
 
 func hashAt(dirfd int, name, p string) (string, error) {

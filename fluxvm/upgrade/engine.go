@@ -260,11 +260,8 @@ func (e *Engine) RetryRollback(ctx context.Context, p *Plan, reason string) (Res
 		return Result{}, err
 	}
 	defer t.close()
-	if err := t.checkHash(); err != nil {
+	if err := t.checkBegun(); err != nil {
 		return t.result(), err
-	}
-	if t.view.begin == nil {
-		return Result{}, fmt.Errorf("transaction %s: %w in %s", p.TransactionID, ErrNoTransaction, p.StateDir)
 	}
 	if t.view.end == nil && t.view.retries > 0 {
 		return t.drive(ctx) // a retry interrupted by a crash: carry on
@@ -298,13 +295,22 @@ func (t *tx) setAsideEvidence() error {
 	return durable.SyncDir(t.dir)
 }
 
-func (t *tx) rollbackNow(ctx context.Context, reason string) (Result, error) {
-	p := t.plan
+// checkBegun refuses a plan other than the one the transaction began with, and a transaction
+// that never began.
+func (t *tx) checkBegun() error {
 	if err := t.checkHash(); err != nil {
-		return t.result(), err
+		return err
 	}
 	if t.view.begin == nil {
-		return Result{}, fmt.Errorf("transaction %s: %w in %s", p.TransactionID, ErrNoTransaction, p.StateDir)
+		return fmt.Errorf("transaction %s: %w in %s", t.plan.TransactionID, ErrNoTransaction, t.plan.StateDir)
+	}
+	return nil
+}
+
+func (t *tx) rollbackNow(ctx context.Context, reason string) (Result, error) {
+	p := t.plan
+	if err := t.checkBegun(); err != nil {
+		return t.result(), err
 	}
 	if t.view.end != nil {
 		if t.view.end.State == StateCommitted {

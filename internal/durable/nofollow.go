@@ -39,7 +39,7 @@ func openRegularAt(dirfd int, name string, extra int) (*os.File, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, fmt.Errorf("%s: %w (%s)", name, ErrNotRegular, typeName(st.Mode))
+		return nil, fmt.Errorf("%s: %w (%s)", name, ErrNotRegular, FileTypeName(st.Mode))
 	}
 	// Back to blocking reads: a regular file never blocks, and os.File would otherwise use the
 	// poller for it.
@@ -96,7 +96,8 @@ func ReadRegular(path string, max int64) ([]byte, error) {
 	return ReadRegularAt(unix.AT_FDCWD, path, max)
 }
 
-func typeName(mode uint32) string {
+// FileTypeName names the file type in a stat mode ("a directory", "a symlink", ...) for errors.
+func FileTypeName(mode uint32) string {
 	switch mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		return "a directory"
