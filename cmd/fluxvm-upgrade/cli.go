@@ -93,7 +93,7 @@ journal.final.json and EVIDENCE.sha256 (optionally signed with ssh-keygen -Y sig
 Exit codes: 0 ok/committed, 1 error, 2 usage, 3 invalid plan, 4 lock held, 5 plan modified since
 the transaction began, 6 rolled-back, 7 manual-intervention, 8 probe failed, 9 evidence does not
 verify, 10 journal corrupt, 11 transaction exists / missing / already committed, 12 interrupted by a
-signal (transaction still running: resume or rollback it).`,
+signal (transaction still running: resume or rollback it), 13 status: evidence pending.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
@@ -389,15 +389,22 @@ and (exit 10) a torn or corrupt journal unless --repair-torn-tail applies.`,
 
 func (a *app) rollbackCmd() *cobra.Command {
 	var reason string
-	var repair bool
+	var repair, retry bool
 	return a.txCmd("rollback PLAN", "Roll back a transaction from any non-terminal point",
 		`rollback rolls back every component whose apply started, in reverse order: rollback hook,
 file restoration, map restoration, rollback_health. A failure ends the transaction in
-manual-intervention (exit 7). Refuses (exit 5) a modified plan and (exit 11) a committed transaction.`,
+manual-intervention (exit 7). Refuses (exit 5) a modified plan and (exit 11) a committed transaction.
+With --retry, a manual-intervention transaction whose cause the operator fixed re-runs only its
+failed rollback steps (exit 6 when it ends rolled-back, 7 when a step fails again; 11 when the
+transaction is not in manual-intervention).`,
 		func(ctx context.Context, e *upgrade.Engine, p *upgrade.Plan) (upgrade.Result, error) {
 			e.RepairTornTail = repair
+			if retry {
+				return e.RetryRollback(ctx, p, reason)
+			}
 			return e.Rollback(ctx, p, reason)
 		}, func(c *cobra.Command) {
+			c.Flags().BoolVar(&retry, "retry", false, "after manual-intervention: re-run only the failed rollback steps (and those they held back), journaled as a retry; the failed attempt stays in the evidence")
 			c.Flags().StringVar(&reason, "reason", "operator requested rollback", "reason recorded in the journal")
 			c.Flags().BoolVar(&repair, "repair-torn-tail", false, repairHelp)
 		})
@@ -412,8 +419,9 @@ func (a *app) statusCmd() *cobra.Command {
 		Long: `status reads the transaction's journal (never taking the lock) and prints its state
 (running, committed, rolled-back, manual-intervention), phase and every step with outcome and
 RFC 3339 UTC timestamps. --json prints one object. With --state-dir alone it lists every
-transaction there, one line each. Exit code 0 for any readable transaction, 10 for a corrupt
-journal, 11 when there is none.`,
+transaction there, one line each. Exit code 0 for any readable transaction, 13 for a terminal
+one whose evidence is not written yet (EVIDENCE PENDING: resume or reconcile writes it), 10 for
+a corrupt journal, 11 when there is none.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if stateDir != "" {
@@ -450,6 +458,10 @@ journal, 11 when there is none.`,
 			st, err := upgrade.ReadStatus(dir)
 			if err != nil {
 				return err
+			}
+			if st.EvidencePending() {
+				// Scripts must not take a terminal state without its evidence for finished.
+				a.code = exitEvidencePending
 			}
 			if jsonOut {
 				return a.writeJSON(st)
@@ -497,7 +509,11 @@ func renderStatus(w io.Writer, s *upgrade.Status) {
 		}
 	}
 	if s.Evidence != nil {
-		fmt.Fprintf(w, "evidence: manifest %v, signature %v\n", s.Evidence.Manifest, s.Evidence.Signature)
+		fmt.Fprintf(w, "evidence: %s (manifest %v, signature %v)\n", s.Evidence.State, s.Evidence.Manifest, s.Evidence.Signature)
+		if s.EvidencePending() {
+			fmt.Fprintf(w, "EVIDENCE PENDING: the transaction is %s but %s (and, when the plan signs, its signature) is not written yet; run `fluxvm-upgrade resume PLAN` or let the reconcile timer finish it\n",
+				s.State, evidence.ManifestFile)
+		}
 	}
 }
 
@@ -565,15 +581,31 @@ func (a *app) verifyCmd() *cobra.Command {
 		Short: "Recompute EVIDENCE.sha256, report missing/modified/extra files, check the SSH signature",
 		Long: `verify-evidence recomputes every hash listed in DIR/EVIDENCE.sha256 and reports missing,
 modified and extra files. With --allowed-signers and --identity the signature EVIDENCE.sha256.sig
-must verify with ssh-keygen -Y verify in --namespace (default fluxvm-upgrade). Exit code 9 when
-the evidence does not hold.`,
+must verify with ssh-keygen -Y verify in --namespace (default fluxvm-upgrade); when the plan had
+signing, a missing signature fails even without --allowed-signers. Any symlink or special file in
+DIR, and any regular file the manifest does not list, fails. Exit code 9 when the evidence does
+not hold.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.AllowedSigners != "" && opt.Identity == "" {
 				return usageError{errors.New("--identity is required with --allowed-signers")}
 			}
+			if opt.AllowedSigners == "" && opt.Identity != "" {
+				// Without allowed signers nothing would check the identity: refuse rather than
+				// print "OK" for a check that never ran.
+				return usageError{errors.New("--identity needs --allowed-signers (the keys to check it against)")}
+			}
 			dir := filepath.Clean(args[0])
 			rep, err := evidence.Verify(cmd.Context(), dir, opt)
+			if errors.Is(err, evidence.ErrNoManifest) {
+				if st, serr := upgrade.ReadStatus(dir); serr == nil {
+					if st.State != upgrade.StateRunning {
+						err = fmt.Errorf("%w: transaction %s is %s: evidence not written yet; run resume (or wait for reconcile)", err, st.TransactionID, st.State)
+					} else {
+						err = fmt.Errorf("%w: transaction %s is still running: evidence is written when it ends", err, st.TransactionID)
+					}
+				}
+			}
 			if jsonOut {
 				if werr := a.writeJSON(rep); werr != nil {
 					return werr

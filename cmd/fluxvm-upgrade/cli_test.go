@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"zyvor.dev/sysbox/fluxvm/upgrade"
-	"zyvor.dev/sysbox/internal/testenv"
 )
 
 func TestHelpOnEveryCommand(t *testing.T) {
@@ -183,19 +181,8 @@ func mustRead(p string) []byte {
 }
 
 func TestSignedEvidence(t *testing.T) {
-	keygen := testenv.RequireBinary(t, "ssh-keygen")
-	keys := t.TempDir()
-	key := filepath.Join(keys, "upgrade-signing-key")
-	if out, err := exec.Command(keygen, "-q", "-t", "ed25519", "-N", "", "-C", "release", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v\n%s", err, out)
-	}
-	pub, _ := os.ReadFile(key + ".pub")
-	allowed := filepath.Join(keys, "allowed_signers")
-	os.WriteFile(allowed, []byte("release@zyvor.dev "+string(pub)), 0o644)
-	w := newWorldOpts(t, worldOpts{signingKey: key})
-	if r := w.run("", "run", w.plan); r.code != 0 {
-		t.Fatalf("run: exit %d: %s", r.code, r.stderr)
-	}
+	w, allowed := signedTx(t)
+	key := w.signingKey
 	if _, err := os.Stat(filepath.Join(w.txDir(), "EVIDENCE.sha256.sig")); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ const (
 	exitJournalCorrupt     = 10 // torn or corrupt journal: not trusted, nothing done
 	exitTxState            = 11 // transaction exists (run) / does not exist (resume, rollback) / already committed (rollback)
 	exitRunning            = 12 // interrupted by a signal: the transaction is still running (resume or rollback it)
+	exitEvidencePending    = 13 // status: terminal transaction whose evidence is not written yet (resume or reconcile writes it)
 )
 
 func exitFor(err error) int {
@@ -43,7 +44,8 @@ func exitFor(err error) int {
 		return exitRunning
 	case errors.Is(err, upgrade.ErrJournalCorrupt):
 		return exitJournalCorrupt
-	case errors.Is(err, upgrade.ErrTransactionExists), errors.Is(err, upgrade.ErrNoTransaction), errors.Is(err, upgrade.ErrAlreadyCommitted):
+	case errors.Is(err, upgrade.ErrTransactionExists), errors.Is(err, upgrade.ErrNoTransaction), errors.Is(err, upgrade.ErrAlreadyCommitted),
+		errors.Is(err, upgrade.ErrNotRetryable):
 		return exitTxState
 	}
 	return exitError

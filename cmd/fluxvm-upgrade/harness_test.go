@@ -61,18 +61,23 @@ bin=$1 fake=$2 order=$3 work=$4 fail=$5 wait=${6:-} failrb=${7:-}
 c=$FLUXVM_COMPONENT
 pin=$FLUXVM_BPFFS_ROOT/$c/m
 echo "$c/$FLUXVM_STEP" >> "$order"
+echo "hook $c/$FLUXVM_STEP starting"
 case $FLUXVM_STEP in
 preflight)
 	if [ -n "$wait" ]; then while [ ! -e "$wait" ]; do sleep 0.05; done; fi
 	;;
 apply)
 	printf 'new config of %s\n' "$c" > "$work/$c.conf"
+	chmod 0600 "$work/$c.conf"
+	if [ "$(id -u)" = 0 ]; then chown 65534:65534 "$work/$c.conf"; fi
+	rm -f "$work/$c.removed"
 	echo created > "$work/$c.created"
 	"$bin" fake-map --state "$fake" create "$pin" --type Hash --key-size 1 --value-size 1 --max-entries 8
 	"$bin" fake-map --state "$fake" put "$pin" 03 00
 	;;
 rollback)
 	[ "$c" != "$failrb" ]
+	[ ! -e "$work/fail-rollback.$c" ]
 	"$bin" fake-map --state "$fake" create "$pin" --type Hash --key-size 1 --value-size 1 --max-entries 8
 	;;
 health)
@@ -93,6 +98,8 @@ type world struct {
 	work  string
 	plan  string
 	comps []string
+	// signingKey is the plan's signing key, if any.
+	signingKey string
 }
 
 // worldOpts varies the hooks and plan: which component's health or rollback fails, a file the
@@ -132,12 +139,20 @@ func newWorldOpts(t *testing.T, o worldOpts) *world {
 		if err := os.WriteFile(filepath.Join(w.work, c+".conf"), []byte("old config of "+c+"\n"), 0o640); err != nil {
 			t.Fatal(err)
 		}
+		// a file the apply deletes; the umask must not decide its mode
+		if err := os.WriteFile(filepath.Join(w.work, c+".removed"), []byte("removed file of "+c+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(w.work, c+".removed"), 0o604); err != nil {
+			t.Fatal(err)
+		}
 		argv, _ := json.Marshal([]string{hook, w.bin, w.fake, w.order, w.work, o.failHealth, o.waitFile, o.failRollback})
 		hooks := fmt.Sprintf(`{"preflight":%[1]s,"apply":%[1]s,"health":%[1]s,"rollback":%[1]s,"rollback_health":%[1]s}`, argv)
-		comps = append(comps, fmt.Sprintf(`{"name":%q,"hooks":%s,"files":[%q,%q],"maps":[{"name":"m","pin":"%s/m","policy":"merge","type":"Hash","key_size":1,"value_size":1}]}`,
-			c, hooks, filepath.Join(w.work, c+".conf"), filepath.Join(w.work, c+".created"), c))
+		comps = append(comps, fmt.Sprintf(`{"name":%q,"hooks":%s,"files":[%q,%q,%q],"maps":[{"name":"m","pin":"%s/m","policy":"merge","type":"Hash","key_size":1,"value_size":1}]}`,
+			c, hooks, filepath.Join(w.work, c+".conf"), filepath.Join(w.work, c+".created"), filepath.Join(w.work, c+".removed"), c))
 	}
 	signing := ""
+	w.signingKey = o.signingKey
 	if o.signingKey != "" {
 		signing = fmt.Sprintf(`,"signing":{"ssh_private_key":%q,"namespace":"fluxvm-upgrade"}`, o.signingKey)
 	}
@@ -265,12 +280,37 @@ func (w *world) checkConverged(wantState string) {
 			if string(conf) != "old config of "+c+"\n" || !errors.Is(createdErr, os.ErrNotExist) {
 				t.Errorf("%s: rolled back but config %q, created file err %v", c, conf, createdErr)
 			}
-			if m.Entries["01"] != "0a" || m.Entries["02"] != "0b" {
-				t.Errorf("%s: rolled back map lost entries: %v", c, m.Entries)
+			// exactly the old entries: key 03, added by the apply, is gone
+			if fmt.Sprint(m.Entries) != "map[01:0a 02:0b]" {
+				t.Errorf("%s: rolled back map entries %v, want map[01:0a 02:0b]", c, m.Entries)
+			}
+			w.checkFile(c+".conf", "old config of "+c+"\n", 0o640)
+			w.checkFile(c+".removed", "removed file of "+c+"\n", 0o604)
+		}
+		if wantState == upgrade.StateCommitted {
+			if _, err := os.Lstat(filepath.Join(w.work, c+".removed")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: committed but the file the apply deleted is there (%v)", c, err)
 			}
 		}
 	}
 	w.checkOrder(st)
+}
+
+// checkFile asserts a work file's content, permission bits and owner (the test process's, as
+// the world created it; the apply hook hands configs to uid 65534 when run as root).
+func (w *world) checkFile(name, content string, mode os.FileMode) {
+	t := w.t
+	t.Helper()
+	p := filepath.Join(w.work, name)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Errorf("%s: %v", name, err)
+		return
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if b := mustRead(p); string(b) != content || fi.Mode() != mode || int(st.Uid) != os.Getuid() || int(st.Gid) != os.Getgid() {
+		t.Errorf("%s: got %q mode %v owner %d:%d, want %q mode %v owner %d:%d", name, b, fi.Mode(), st.Uid, st.Gid, content, mode, os.Getuid(), os.Getgid())
+	}
 }
 
 // checkOrder asserts that hooks ran in plan order, that apply ran at most once per component,
@@ -351,6 +391,13 @@ func TestCrashAtEveryStep(t *testing.T) {
 	// Every crash point always runs. Every point × every recovery (3×) runs in CI
 	// (SYSBOX_TEST_REQUIRE_ALL=1) or with FLUXVM_UPGRADE_CRASH_FULL=1, unless -short.
 	full := (testenv.RequireAll() || os.Getenv("FLUXVM_UPGRADE_CRASH_FULL") == "1") && !testing.Short()
+	planned, kills := 0, 0
+	defer func() {
+		// Every enumerated crash point must have killed the binary once per recovery tried.
+		if planned == 0 || kills != planned {
+			t.Errorf("crash harness: %d kills for %d planned crash runs", kills, planned)
+		}
+	}()
 	for _, sc := range scenarios {
 		points := crashPoints(t, sc.failHealth)
 		t.Logf("%s plan: %d crash points", sc.name, len(points))
@@ -359,12 +406,14 @@ func TestCrashAtEveryStep(t *testing.T) {
 				if !full && ri != pi%len(recoveries) {
 					continue // one recovery per crash point, rotating through the three
 				}
+				planned++
 				t.Run(sc.name+"/"+pt+"/"+rec, func(t *testing.T) {
 					w := newWorld(t, sc.failHealth)
 					r := w.run(pt, "run", w.plan)
 					if !r.signaled {
 						t.Fatalf("run with failpoint %s: not killed (exit %d): %s", pt, r.code, r.stderr)
 					}
+					kills++
 					committedBeforeCrash := false
 					if evs, err := upgrade.ReadJournal(w.txDir()); err != nil {
 						t.Fatalf("journal after SIGKILL: %v", err)
@@ -408,13 +457,38 @@ func TestCrashAtEveryStep(t *testing.T) {
 						}
 					}
 					w.checkConverged(want)
-					// A second recovery is a no-op that reports the same terminal state.
+					// A second recovery is a no-op that reports the same terminal state: no hook
+					// runs, and files, maps, journal and evidence are exactly as they were.
+					hooksBefore := len(w.hookOrder())
+					journalBefore := mustRead(filepath.Join(w.txDir(), upgrade.JournalFile))
 					r2 := w.run("", "resume", w.plan)
 					if r2.code != exitForState(want) {
 						t.Errorf("second resume: exit %d, want %d: %s", r2.code, exitForState(want), r2.stderr)
 					}
+					if got := w.hookOrder(); len(got) != hooksBefore {
+						t.Errorf("second resume ran hooks: %v", got[hooksBefore:])
+					}
+					if !bytes.Equal(mustRead(filepath.Join(w.txDir(), upgrade.JournalFile)), journalBefore) {
+						t.Errorf("second resume changed the journal")
+					}
+					w.checkConverged(want)
 				})
 			}
 		}
+	}
+}
+
+// TestUnknownFailpointRefused: a misspelled failpoint must stop the test binary at once instead
+// of running the transaction to the end without a crash.
+func TestUnknownFailpointRefused(t *testing.T) {
+	w := newWorld(t, "")
+	for _, fp := range []string{"step-dne:alpha:apply", "step-done:alpha:aply", "final:EVIDENCE", "ended", "ran:alpha"} {
+		r := w.run(fp, "run", w.plan)
+		if r.signaled || r.code != exitUsage || !strings.Contains(r.stderr, "unknown failpoint") {
+			t.Errorf("failpoint %q: exit %d signaled %v: %s", fp, r.code, r.signaled, r.stderr)
+		}
+	}
+	if _, err := os.Stat(w.txDir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a run with an unknown failpoint created the transaction: %v", err)
 	}
 }

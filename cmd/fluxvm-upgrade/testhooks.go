@@ -17,11 +17,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"zyvor.dev/sysbox/fluxvm/bpfmap"
+	"zyvor.dev/sysbox/fluxvm/evidence"
+	"zyvor.dev/sysbox/fluxvm/upgrade"
 )
 
 func init() {
@@ -32,6 +36,11 @@ func init() {
 		}
 	}
 	if key := os.Getenv("FLUXVM_UPGRADE_TEST_FAILPOINT"); key != "" {
+		// A misspelled failpoint would never fire and a crash test would pass without a crash.
+		if err := checkFailpoint(key); err != nil {
+			fmt.Fprintf(os.Stderr, "fluxvm-upgrade (test build): FLUXVM_UPGRADE_TEST_FAILPOINT: %v\n", err)
+			os.Exit(exitUsage)
+		}
 		afterRecord = func(k string) {
 			if k == key {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -40,6 +49,39 @@ func init() {
 		}
 	}
 	extraCommands = append(extraCommands, fakeMapCmd)
+}
+
+var failpointComponent = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// checkFailpoint accepts only names the engine can reach: a journal record's Key(), "ran:C:S"
+// (a step's action finished, its outcome not yet journaled) and "final:FILE".
+func checkFailpoint(key string) error {
+	parts := strings.Split(key, ":")
+	steps := map[string]bool{}
+	for _, s := range append(append([]string{}, upgrade.ForwardSteps...), upgrade.RollbackSteps...) {
+		steps[s] = true
+	}
+	switch {
+	case len(parts) == 1:
+		switch key {
+		case upgrade.EvBegin, upgrade.EvRollbackBegin, upgrade.EvEnd, upgrade.EvJournalRepaired, upgrade.EvRollbackRetry:
+			return nil
+		}
+	case len(parts) == 2 && parts[0] == "final":
+		switch parts[1] {
+		case upgrade.FinalFile, evidence.ManifestFile:
+			return nil
+		}
+	case len(parts) == 3:
+		switch parts[0] {
+		case upgrade.EvStepStart, upgrade.EvStepDone, upgrade.EvStepFailed, "ran":
+			if failpointComponent.MatchString(parts[1]) && steps[parts[2]] {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("unknown failpoint %q (want begin, rollback-begin, end, journal-repaired, rollback-retry, step-start|step-done|step-failed|ran:COMPONENT:STEP, or final:%s|%s)",
+		key, upgrade.FinalFile, evidence.ManifestFile)
 }
 
 func fakeMapCmd() *cobra.Command {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -35,13 +36,12 @@ const maxBatchBytes = 8 << 20
 // KernelStore is the real Store: it opens declared pins with cilium/ebpf and moves entries with
 // BPF_MAP_*_BATCH, falling back to per-entry syscalls where the map type has no batch support.
 type KernelStore struct {
-	bootIDPath      string
-	tool            string
-	batch           int
-	allowBootChange bool
-	parallel        int  // workers for large hash-family maps
-	noBatch         bool // tests: behave as on a kernel without batch map operations
-	now             func() time.Time
+	bootIDPath string
+	tool       string
+	batch      int
+	parallel   int  // workers for large hash-family maps
+	noBatch    bool // tests: behave as on a kernel without batch map operations
+	now        func() time.Time
 }
 
 var _ Store = (*KernelStore)(nil)
@@ -74,10 +74,6 @@ func WithParallel(n int) Option {
 	}
 }
 
-// WithAllowBootChange lets Restore replay a snapshot taken in an earlier boot. Only for an
-// operator who has checked that the map now pinned is the right target.
-func WithAllowBootChange() Option { return func(s *KernelStore) { s.allowBootChange = true } }
-
 // NewStore returns the real, kernel-backed Store.
 func NewStore(opts ...Option) *KernelStore {
 	s := &KernelStore{bootIDPath: DefaultBootIDPath, tool: "fluxvm-upgrade", batch: DefaultBatchEntries, now: time.Now,
@@ -103,16 +99,31 @@ func (s *KernelStore) BootID() (string, error) { return readBootID(s.bootIDPath)
 // CurrentBootID returns /proc/sys/kernel/random/boot_id.
 func CurrentBootID() (string, error) { return readBootID(DefaultBootIDPath) }
 
+// bootIDPattern is the form the kernel prints (a random UUID, lower-case).
+var bootIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// readBootID fails closed: an unreadable, empty or malformed boot id is an error, never a value
+// that could compare equal (or unequal) by accident.
 func readBootID(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := durable.ReadRegular(path, 4096)
 	if err != nil {
 		return "", fmt.Errorf("boot id: %w", err)
 	}
-	id := strings.TrimSpace(string(b))
+	id := strings.TrimSuffix(string(b), "\n")
 	if id == "" {
 		return "", fmt.Errorf("boot id: %s is empty", path)
 	}
+	if !bootIDPattern.MatchString(id) {
+		return "", fmt.Errorf("boot id: %s holds %q, not a UUID", path, truncate(id, 64))
+	}
 	return id, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 func where(spec Spec) string {
@@ -381,7 +392,7 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 			path, h.ByteOrder, hostByteOrder(), ErrABIMismatch))
 	}
 	bootChanged := h.BootID != boot
-	if bootChanged && spec.Policy != MetadataOnly && !s.allowBootChange {
+	if bootChanged && spec.Policy != MetadataOnly {
 		err := fmt.Errorf("snapshot %s was taken in boot %s, the host is now in boot %s; the map pinned at %s is not the one snapshotted: %w",
 			path, h.BootID, boot, spec.Pin, ErrBootChanged)
 		ref, perr := resolvePin(spec.BPFFSRoot, spec.Pin)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"zyvor.dev/sysbox/internal/argv"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -56,12 +57,12 @@ func TestWriteIsSha256sumFormat(t *testing.T) {
 	if !lineRE.MatchString(lines[0]) || !strings.HasSuffix(lines[0], "  journal.final.json") {
 		t.Errorf("first line: got %q, want sorted relative paths", lines[0])
 	}
-	if sha, err := exec.LookPath("sha256sum"); err == nil {
-		cmd := exec.Command(sha, "--check", "--strict", "--quiet", ManifestFile)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("sha256sum --check: %v\n%s", err, out)
-		}
+	// Last, so that a host without sha256sum still ran every check above before skipping.
+	sha := testenv.RequireBinary(t, "sha256sum")
+	cmd := exec.Command(sha, "--check", "--strict", "--quiet", ManifestFile)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("sha256sum --check: %v\n%s", err, out)
 	}
 }
 
@@ -180,5 +181,43 @@ func TestSSHSignature(t *testing.T) {
 	os.Remove(filepath.Join(dir, SignatureFile))
 	if _, err := Verify(ctx, dir, good); !errors.Is(err, ErrBadSignature) {
 		t.Errorf("missing signature: got %v, want ErrBadSignature", err)
+	}
+}
+
+// TestVerifySignatureNeedsTheGoodLine: ssh-keygen exiting 0 is not enough; its "Good ...
+// signature for IDENTITY" line for the namespace asked for must be there. A failing or missing
+// ssh-keygen is an invalid signature, never "absent".
+func TestVerifySignatureNeedsTheGoodLine(t *testing.T) {
+	ctx := context.Background()
+	dir := writeTree(t, tree)
+	if _, err := Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, SignatureFile), []byte("-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n"), 0o644)
+	opt := func(resp argv.FakeResponse) VerifyOptions {
+		return VerifyOptions{AllowedSigners: "/nonexistent/allowed", Identity: "release@zyvor.dev", Namespace: "fluxvm-upgrade",
+			Runner: &argv.Fake{Script: map[string]argv.FakeResponse{sshKeygen(): resp}}}
+	}
+	for _, tc := range []struct {
+		name string
+		resp argv.FakeResponse
+		ok   bool
+	}{
+		{"good line", argv.FakeResponse{Result: argv.Result{Stdout: []byte("Good \"fluxvm-upgrade\" signature for release@zyvor.dev with ED25519 key SHA256:x\n")}}, true},
+		{"exit 0, silent", argv.FakeResponse{}, false},
+		{"exit 0, other identity", argv.FakeResponse{Result: argv.Result{Stdout: []byte("Good \"fluxvm-upgrade\" signature for mallory@zyvor.dev with ED25519 key SHA256:x\n")}}, false},
+		{"exit 0, other namespace", argv.FakeResponse{Result: argv.Result{Stdout: []byte("Good \"file\" signature for release@zyvor.dev with ED25519 key SHA256:x\n")}}, false},
+		{"exit 1", argv.FakeResponse{Result: argv.Result{ExitCode: 1, Stderr: []byte("Could not verify signature.")}, Err: errors.New("exit code 1")}, false},
+		{"cannot start", argv.FakeResponse{Err: errors.New("exec: ssh-keygen: not found")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Verify(ctx, dir, opt(tc.resp))
+			if tc.ok != (err == nil) || tc.ok != (rep.Signature == SigValid) {
+				t.Errorf("got %s (%s), %v; want ok=%v", rep.Signature, rep.SigError, err, tc.ok)
+			}
+			if !tc.ok && !errors.Is(err, ErrBadSignature) {
+				t.Errorf("got %v, want ErrBadSignature", err)
+			}
+		})
 	}
 }

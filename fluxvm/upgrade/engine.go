@@ -1,8 +1,9 @@
 package upgrade
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ var (
 	ErrNoTransaction     = errors.New("no such transaction")
 	ErrAlreadyCommitted  = errors.New("transaction already committed")
 	ErrProbeFailed       = errors.New("probe failed")
+	ErrNotRetryable      = errors.New("only a manual-intervention transaction's rollback can be retried")
 )
 
 // PlanModifiedError carries both hashes (F3).
@@ -39,7 +41,7 @@ func (e *PlanModifiedError) Error() string {
 
 func (e *PlanModifiedError) Unwrap() error { return ErrPlanModified }
 
-// MaxHookOutput bounds each captured stream of a hook.
+// MaxHookOutput bounds each captured stream of a hook, and its log file as a whole.
 const MaxHookOutput = 256 << 10
 
 // Engine runs upgrade transactions. Fields are set once and not changed while it runs.
@@ -137,6 +139,12 @@ func (e *Engine) open(p *Plan) (*tx, error) {
 		return nil, fmt.Errorf("transaction %s: %w", p.TransactionID, err)
 	}
 	t.view = replay(evs)
+	if t.view.begin == nil {
+		if err := checkNoStateWithoutJournal(t.dir); err != nil {
+			lock.Unlock()
+			return nil, fmt.Errorf("transaction %s: %w", p.TransactionID, err)
+		}
+	}
 	if repaired > 0 {
 		e.progressf("journal: dropped a torn tail of %d bytes (kept in %s)", repaired, "journal.torn-*")
 		if err := t.appendEvent(Event{Type: EvJournalRepaired, Reason: fmt.Sprintf("dropped an unterminated last record of %d bytes (never acknowledged); kept as journal.torn-*", repaired)}); err != nil {
@@ -241,13 +249,68 @@ func (e *Engine) Rollback(ctx context.Context, p *Plan, reason string) (Result, 
 	return t.rollbackNow(ctx, reason)
 }
 
-func (t *tx) rollbackNow(ctx context.Context, reason string) (Result, error) {
-	p := t.plan
-	if err := t.checkHash(); err != nil {
+// RetryRollback re-runs the failed rollback steps of a manual-intervention transaction (and the
+// steps a failed rollback hook held back), after the operator fixed the cause. Steps that
+// succeeded are not run again. The retry is journaled; the failed attempt's records, hook logs
+// and final status stay in the directory and so in the new evidence. A successful retry ends
+// rolled-back; another failure ends manual-intervention again.
+func (e *Engine) RetryRollback(ctx context.Context, p *Plan, reason string) (Result, error) {
+	t, err := e.open(p)
+	if err != nil {
+		return Result{}, err
+	}
+	defer t.close()
+	if err := t.checkBegun(); err != nil {
 		return t.result(), err
 	}
+	if t.view.end == nil && t.view.retries > 0 {
+		return t.drive(ctx) // a retry interrupted by a crash: carry on
+	}
+	if t.view.end == nil || t.view.end.State != StateManualIntervention {
+		return t.result(), fmt.Errorf("transaction %s is %s: %w", p.TransactionID, t.view.state(), ErrNotRetryable)
+	}
+	if err := t.setAsideEvidence(); err != nil {
+		return t.result(), err
+	}
+	if err := t.appendEvent(Event{Type: EvRollbackRetry, Reason: reason}); err != nil {
+		return t.result(), err
+	}
+	return t.drive(ctx)
+}
+
+// setAsideEvidence keeps the failed attempt's final status as journal.final.<state>-<n>.json and
+// removes its manifest and signature, durably, before the retry is journaled: the evidence
+// written when the retry ends then covers both attempts. A crash in between leaves a terminal
+// transaction with pending evidence, which resume or reconcile finalize as before.
+func (t *tx) setAsideEvidence() error {
+	kept := filepath.Join(t.dir, fmt.Sprintf("journal.final.%s-%d.json", t.view.end.State, t.view.retries+1))
+	if err := os.Rename(filepath.Join(t.dir, FinalFile), kept); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("transaction %s: keep the failed attempt's status: %w", t.plan.TransactionID, err)
+	}
+	for _, f := range []string{evidence.SignatureFile, evidence.ManifestFile} {
+		if err := os.Remove(filepath.Join(t.dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("transaction %s: %w", t.plan.TransactionID, err)
+		}
+	}
+	return durable.SyncDir(t.dir)
+}
+
+// checkBegun refuses a plan other than the one the transaction began with, and a transaction
+// that never began.
+func (t *tx) checkBegun() error {
+	if err := t.checkHash(); err != nil {
+		return err
+	}
 	if t.view.begin == nil {
-		return Result{}, fmt.Errorf("transaction %s: %w in %s", p.TransactionID, ErrNoTransaction, p.StateDir)
+		return fmt.Errorf("transaction %s: %w in %s", t.plan.TransactionID, ErrNoTransaction, t.plan.StateDir)
+	}
+	return nil
+}
+
+func (t *tx) rollbackNow(ctx context.Context, reason string) (Result, error) {
+	p := t.plan
+	if err := t.checkBegun(); err != nil {
+		return t.result(), err
 	}
 	if t.view.end != nil {
 		if t.view.end.State == StateCommitted {
@@ -436,10 +499,14 @@ func (t *tx) rollbackPhase(ctx context.Context) error {
 			}
 		}
 	}
-	if len(failures) > 0 {
-		return t.appendEvent(Event{Type: EvEnd, State: StateManualIntervention, Reason: "rollback did not complete: " + strings.Join(failures, "; ") + " (after: " + t.view.rollback.Reason + ")"})
+	retried := ""
+	if n := t.view.retries; n > 0 {
+		retried = fmt.Sprintf(" (rollback retried %d time(s) after manual intervention)", n)
 	}
-	return t.appendEvent(Event{Type: EvEnd, State: StateRolledBack, Reason: t.view.rollback.Reason})
+	if len(failures) > 0 {
+		return t.appendEvent(Event{Type: EvEnd, State: StateManualIntervention, Reason: "rollback did not complete: " + strings.Join(failures, "; ") + " (after: " + t.view.rollback.Reason + ")" + retried})
+	}
+	return t.appendEvent(Event{Type: EvEnd, State: StateRolledBack, Reason: t.view.rollback.Reason + retried})
 }
 
 func (t *tx) componentRollbackFailed(c *Component) bool {
@@ -484,7 +551,9 @@ func (t *tx) hookEnv(c *Component, step string, attempt int) []string {
 	}
 }
 
-// runHook runs one hook and durably writes its bounded log to logs/<component>.<step>.<attempt>.log.
+// runHook runs one hook, streaming its output into logs/<component>.<step>.<attempt>.log as it
+// runs (timestamped lines, bounded), and syncs the log before returning, that is before the
+// step's outcome is journaled.
 func (t *tx) runHook(ctx context.Context, c *Component, step string, h *Hook, attempt int) error {
 	if h == nil {
 		return nil
@@ -493,26 +562,28 @@ func (t *tx) runHook(ctx context.Context, c *Component, step string, h *Hook, at
 	if err := durable.MkdirAll(logDir, 0o700); err != nil {
 		return err
 	}
+	logPath := filepath.Join(logDir, fmt.Sprintf("%s.%s.%d.log", c.Name, step, attempt))
+	hl, err := createHookLog(logPath, MaxHookOutput, t.e.now,
+		fmt.Sprintf("# argv: %s\n# step: %s attempt %d\n# started: %s\n", argv.Quote(h.Argv), step, attempt, ts(t.e.now())))
+	if err != nil {
+		return fmt.Errorf("component %s: %s: %w", c.Name, step, err)
+	}
 	res, runErr := t.e.Runner.Run(ctx, argv.Cmd{
 		Argv:      h.Argv,
 		Env:       t.hookEnv(c, step, attempt),
 		Dir:       "/",
 		Timeout:   h.Timeout,
 		MaxOutput: MaxHookOutput,
+		Stdout:    hl.stream("stdout"),
+		Stderr:    hl.stream("stderr"),
 	})
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# argv: %s\n# step: %s attempt %d\n# exit code: %d  duration: %s  truncated: %v  timed out: %v\n",
-		argv.Quote(h.Argv), step, attempt, res.ExitCode, res.Duration.Round(time.Millisecond), res.Truncated, res.TimedOut)
+	footer := fmt.Sprintf("# exit code: %d  duration: %s  truncated: %v  timed out: %v\n",
+		res.ExitCode, res.Duration.Round(time.Millisecond), res.Truncated || hl.truncated, res.TimedOut)
 	if runErr != nil {
-		fmt.Fprintf(&b, "# error: %v\n", runErr)
+		footer += fmt.Sprintf("# error: %v\n", runErr)
 	}
-	fmt.Fprintf(&b, "# --- stdout (%d bytes) ---\n", len(res.Stdout))
-	b.Write(res.Stdout)
-	fmt.Fprintf(&b, "\n# --- stderr (%d bytes) ---\n", len(res.Stderr))
-	b.Write(res.Stderr)
-	logPath := filepath.Join(logDir, fmt.Sprintf("%s.%s.%d.log", c.Name, step, attempt))
-	if err := durable.WriteFile(logPath, b.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("component %s: %s hook log: %w", c.Name, step, err)
+	if err := hl.finish(footer); err != nil {
+		return fmt.Errorf("component %s: %s: %w", c.Name, step, err)
 	}
 	if runErr != nil {
 		return fmt.Errorf("component %s: %s hook: %w", c.Name, step, runErr)
@@ -585,9 +656,21 @@ func (t *tx) mapProgress(c *Component, m *Map, what string) bpfmap.Progress {
 func (t *tx) restoreMaps(ctx context.Context, c *Component, rollback bool) (json.RawMessage, error) {
 	var reps []MapReport
 	var errs []error
+	journaled, jerr := t.journaledSnapshot(c)
 	for i := range c.Maps {
 		m := &c.Maps[i]
 		spec := t.plan.Spec(c, m)
+		err := jerr
+		if err == nil {
+			err = t.checkMapSnapshot(c, m, journaled)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			if !rollback {
+				break
+			}
+			continue
+		}
 		rep, err := t.e.Store.Restore(ctx, spec, t.mapSnapshotPath(c, m), t.mapProgress(c, m, "restore"))
 		if err != nil {
 			errs = append(errs, err) // the store names component, map and pin
@@ -601,11 +684,58 @@ func (t *tx) restoreMaps(ctx context.Context, c *Component, rollback bool) (json
 	return reportJSON(reps), errors.Join(errs...)
 }
 
+// journaledSnapshot is what the journal's record of the component's snapshot step says was
+// captured. Restores trust a snapshot file only when it is exactly that one.
+func (t *tx) journaledSnapshot(c *Component) (snapshotDetail, error) {
+	var d snapshotDetail
+	st := t.view.step(false, c.Name, StepSnapshot)
+	if !st.Done {
+		return d, fmt.Errorf("component %s: the journal records no completed snapshot; refusing to restore from files it does not vouch for", c.Name)
+	}
+	if err := json.Unmarshal(st.Detail, &d); err != nil {
+		return d, fmt.Errorf("component %s: journaled snapshot record: %w", c.Name, err)
+	}
+	return d, nil
+}
+
+// checkMapSnapshot refuses a map snapshot file whose sha256 is not the one journaled when it was
+// taken: a corrupt file, or another valid snapshot swapped in its place.
+func (t *tx) checkMapSnapshot(c *Component, m *Map, d snapshotDetail) error {
+	path := t.mapSnapshotPath(c, m)
+	var want string
+	for _, r := range d.Maps {
+		if r.Map == m.Name && r.Snapshot != nil {
+			want = r.Snapshot.SHA256
+		}
+	}
+	if want == "" {
+		return fmt.Errorf("component %s: map %s: the journal records no snapshot of this map; refusing to restore %s", c.Name, m.Name, path)
+	}
+	f, err := durable.OpenRegular(path)
+	if err != nil {
+		return fmt.Errorf("component %s: map %s: snapshot: %w", c.Name, m.Name, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("component %s: map %s: snapshot %s: %w", c.Name, m.Name, path, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return fmt.Errorf("component %s: map %s: snapshot %s has sha256 %s, the journal recorded %s: %w",
+			c.Name, m.Name, path, got, want, bpfmap.ErrCorruptSnapshot)
+	}
+	return nil
+}
+
 func (t *tx) restoreFiles(c *Component) (json.RawMessage, error) {
 	if len(c.Files) == 0 {
 		return nil, nil
 	}
-	fs, err := restoreFiles(filepath.Join(t.snapshotDir(c), "files"), c.Files)
+	d, err := t.journaledSnapshot(c)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := restoreFiles(filepath.Join(t.snapshotDir(c), "files"), c.Files, d.Files)
 	if err != nil {
 		return reportJSON(fs), fmt.Errorf("component %s: %w", c.Name, err)
 	}

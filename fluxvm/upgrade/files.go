@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"syscall"
 
 	"zyvor.dev/sysbox/internal/durable"
@@ -100,11 +101,15 @@ func statOwner(fi fs.FileInfo) (owner, bool) {
 
 // restoreFiles puts every declared file back as snapshotted. Each restore is idempotent, so a
 // crash part-way is repaired by running it again. All files are attempted; errors are joined.
-func restoreFiles(dir string, paths []string) ([]FileSnapshot, error) {
+func restoreFiles(dir string, paths []string, journaled []FileSnapshot) ([]FileSnapshot, error) {
 	var out []FileSnapshot
 	var errs []error
 	for i, p := range paths {
-		s, err := restoreFile(dir, i, p)
+		if i >= len(journaled) {
+			errs = append(errs, fmt.Errorf("file %s: the journal records no snapshot of it; not restoring", p))
+			continue
+		}
+		s, err := restoreFile(dir, i, p, journaled[i])
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -114,10 +119,13 @@ func restoreFiles(dir string, paths []string) ([]FileSnapshot, error) {
 	return out, errors.Join(errs...)
 }
 
-func restoreFile(dir string, i int, p string) (FileSnapshot, error) {
+// maxFileSnapMeta bounds a file snapshot's metadata record.
+const maxFileSnapMeta = 1 << 20
+
+func restoreFile(dir string, i int, p string, journaled FileSnapshot) (FileSnapshot, error) {
 	metaPath, dataPath := fileSnapPaths(dir, i)
 	var s FileSnapshot
-	raw, err := os.ReadFile(metaPath)
+	raw, err := durable.ReadRegular(metaPath, maxFileSnapMeta)
 	if err != nil {
 		return s, fmt.Errorf("file %s: snapshot metadata: %w", p, err)
 	}
@@ -126,6 +134,11 @@ func restoreFile(dir string, i int, p string) (FileSnapshot, error) {
 	}
 	if s.Path != p {
 		return s, fmt.Errorf("file %s: snapshot %s is for %s", p, metaPath, s.Path)
+	}
+	// The metadata must be what the journal recorded when the snapshot was taken: a record
+	// rewritten since (other mode, owner, content digest) is not trusted.
+	if s != journaled {
+		return s, fmt.Errorf("file %s: snapshot metadata %s differs from the journal's record (%+v, journal %+v): %w", p, metaPath, s, journaled, durable.ErrCorrupt)
 	}
 	parent := filepath.Dir(p)
 	if !s.Existed {
@@ -160,7 +173,7 @@ func restoreFile(dir string, i int, p string) (FileSnapshot, error) {
 		_ = os.Lchown(p, s.UID, s.GID)
 		return s, durable.SyncDir(parent)
 	case "file":
-		data, err := os.ReadFile(dataPath)
+		data, err := durable.ReadRegular(dataPath, 0)
 		if err != nil {
 			return s, fmt.Errorf("file %s: snapshot content: %w", p, err)
 		}
@@ -203,3 +216,27 @@ func restoreFile(dir string, i int, p string) (FileSnapshot, error) {
 	}
 	return s, fmt.Errorf("file %s: snapshot kind %q unknown", p, s.Kind)
 }
+
+// checkNoStateWithoutJournal refuses a transaction directory whose journal is missing or has no
+// begin record while it holds more than what a crash before the begin record leaves (the plan
+// copy and temp files): an emptied or removed journal beside snapshots, logs or evidence is
+// corruption, and starting over would overwrite the only snapshot of the pre-upgrade state.
+func checkNoStateWithoutJournal(txDir string) error {
+	ents, err := os.ReadDir(txDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", txDir, err)
+	}
+	for _, de := range ents {
+		n := de.Name()
+		if n == PlanFile || n == JournalFile || tempFile.MatchString(n) {
+			continue
+		}
+		return fmt.Errorf("%w: %s has no begin record but the directory holds %s; not starting over", ErrJournalCorrupt, filepath.Join(txDir, JournalFile), n)
+	}
+	return nil
+}
+
+var tempFile = regexp.MustCompile(`^\..+\.tmp-[0-9]+$`)

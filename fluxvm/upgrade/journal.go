@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -31,6 +32,9 @@ const (
 	EvEnd           = "end"
 	// EvJournalRepaired records that a torn tail was dropped (its bytes kept beside the journal).
 	EvJournalRepaired = "journal-repaired"
+	// EvRollbackRetry reopens a manual-intervention transaction: its failed rollback steps (and
+	// only those, with the steps they held back) run again. The failed attempts stay journaled.
+	EvRollbackRetry = "rollback-retry"
 )
 
 // Forward and rollback steps, in order (F12, F13).
@@ -103,6 +107,12 @@ func ReadJournal(txDir string) ([]Event, error) {
 
 func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 	path := filepath.Join(txDir, JournalFile)
+	// The journal is never read through a symlink, nor from a FIFO or device put in its place.
+	if f, err := durable.OpenRegular(path); err == nil {
+		f.Close()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, durable.LogInfo{}, fmt.Errorf("%w: %s: %w", ErrJournalCorrupt, path, err)
+	}
 	var evs []Event
 	info, err := durable.ReadLog(path, journalKind, journalVersion, func(_ int, raw json.RawMessage) error {
 		var ev Event
@@ -111,6 +121,9 @@ func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 		}
 		if ev.Seq != len(evs)+1 {
 			return fmt.Errorf("sequence %d, want %d", ev.Seq, len(evs)+1)
+		}
+		if err := checkEventOrder(evs, ev); err != nil {
+			return err
 		}
 		evs = append(evs, ev)
 		return nil
@@ -122,6 +135,46 @@ func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 		return evs, info, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 	}
 	return evs, info, nil
+}
+
+// checkEventOrder refuses a record that no run of the engine writes at that point: the begin
+// record is the first and only one (a second begin could carry another plan hash that replay
+// would trust), and nothing but a journal repair follows the end record.
+func checkEventOrder(prev []Event, ev Event) error {
+	switch ev.Type {
+	case EvBegin, EvStepStart, EvStepDone, EvStepFailed, EvRollbackBegin, EvEnd, EvJournalRepaired, EvRollbackRetry:
+	default:
+		return fmt.Errorf("record %d: unknown type %q", ev.Seq, ev.Type)
+	}
+	if len(prev) == 0 {
+		if ev.Type != EvBegin && ev.Type != EvJournalRepaired {
+			return fmt.Errorf("record 1 is %q, want %q", ev.Type, EvBegin)
+		}
+		return nil
+	}
+	var begun bool
+	var end *Event // the last end record not reopened by a retry
+	for i := range prev {
+		switch prev[i].Type {
+		case EvBegin:
+			begun = true
+		case EvEnd:
+			end = &prev[i]
+		case EvRollbackRetry:
+			end = nil
+		}
+	}
+	switch {
+	case ev.Type == EvBegin && begun:
+		return fmt.Errorf("record %d: a second %q record (plan sha256 %s)", ev.Seq, EvBegin, ev.PlanSHA256)
+	case ev.Type != EvBegin && ev.Type != EvJournalRepaired && !begun:
+		return fmt.Errorf("record %d: %q before the %q record", ev.Seq, ev.Type, EvBegin)
+	case ev.Type == EvRollbackRetry && (end == nil || end.State != StateManualIntervention):
+		return fmt.Errorf("record %d: %q of a transaction that did not end in %s", ev.Seq, ev.Type, StateManualIntervention)
+	case end != nil && ev.Type != EvJournalRepaired && ev.Type != EvRollbackRetry:
+		return fmt.Errorf("record %d: %q after the %q record", ev.Seq, ev.Type, EvEnd)
+	}
+	return nil
 }
 
 // tornTail reports whether everything after the valid prefix is one unterminated line: an append
@@ -198,6 +251,7 @@ type txView struct {
 	steps        map[stepKey]*stepStatus
 	lastTime     time.Time
 	firstFailure string
+	retries      int // rollback-retry records
 }
 
 func replay(evs []Event) *txView {
@@ -212,6 +266,16 @@ func replay(evs []Event) *txView {
 			v.rollback = ev
 		case EvEnd:
 			v.end = ev
+		case EvRollbackRetry:
+			// Failed rollback steps run again; their attempts count on, so each attempt keeps
+			// its own log, and the failed records stay in the journal.
+			v.end = nil
+			v.retries++
+			for k, st := range v.steps {
+				if k.rollback && st.Failed {
+					st.Failed, st.Error, st.Finished = false, "", time.Time{}
+				}
+			}
 		case EvStepStart, EvStepDone, EvStepFailed:
 			k := stepKey{rollback: v.rollback != nil, component: ev.Component, step: ev.Step}
 			s := v.steps[k]

@@ -12,8 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"zyvor.dev/sysbox/fluxvm/bpfmap"
+	"zyvor.dev/sysbox/internal/durable"
 )
 
 // Defaults from F1.
@@ -145,18 +147,37 @@ func ValidTransactionID(id string) error {
 
 // LoadPlan reads, decodes and validates a plan file.
 func LoadPlan(path string) (*Plan, error) {
-	data, err := os.ReadFile(path)
+	// The reader's errors name the path already.
+	data, err := durable.ReadInputFile(path, MaxPlanSize)
+	if errors.Is(err, durable.ErrTooLarge) {
+		return nil, fmt.Errorf("plan: %w: %w", ErrInvalidPlan, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("plan %s: %w", path, err)
+		return nil, fmt.Errorf("plan: %w", err)
 	}
 	return ParsePlan(path, data)
 }
+
+// MaxPlanSize bounds a plan file; real plans are a few kilobytes.
+const MaxPlanSize = 16 << 20
 
 // ParsePlan decodes and validates plan source; every problem is reported at once in a
 // *ValidationError. Validation reads the file system only to resolve existing map pin paths
 // (symlink escape check).
 func ParsePlan(file string, data []byte) (*Plan, error) {
 	d := &decoder{file: file, src: data}
+	if !utf8.Valid(data) {
+		off := 0
+		for off < len(data) {
+			r, n := utf8.DecodeRune(data[off:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			off += n
+		}
+		d.addAt("$", int64(off), "not valid UTF-8 (byte %d)", off)
+		return nil, d.err()
+	}
 	root, err := parseJSON(data)
 	if err != nil {
 		var se *syntaxError

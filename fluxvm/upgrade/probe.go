@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -92,7 +94,9 @@ func (e *Engine) probe(ctx context.Context, p *Plan, checkLock bool) ProbeReport
 	}
 	if !checkLock {
 		// the caller holds it
-	} else if locked, err := durable.IsLocked(LockPath(p.StateDir, p.TransactionID)); err == nil && locked {
+	} else if locked, err := lockHeld(LockPath(p.StateDir, p.TransactionID)); err != nil {
+		r.add("$.transaction_id", "transaction lock free", fmt.Errorf("cannot tell: %w", err))
+	} else if locked {
 		r.add("$.transaction_id", "transaction lock free", fmt.Errorf("%w: %s", durable.ErrLocked, durable.HolderOf(LockPath(p.StateDir, p.TransactionID))))
 	}
 	for ci := range p.Components {
@@ -271,4 +275,34 @@ func (e *Engine) Plan(ctx context.Context, p *Plan) PlanReport {
 		rep.RollbackOrder = append(rep.RollbackOrder, p.Components[ci].Name)
 	}
 	return rep
+}
+
+// lockHeld reports whether some process holds a flock on path, by reading /proc/locks: probe is
+// read-only and never takes the lock itself, not even for a moment, so a transaction starting at
+// the same time never sees contention from a probe.
+func lockHeld(path string) (bool, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false, fmt.Errorf("%s: no inode information", path)
+	}
+	id := fmt.Sprintf("%02x:%02x:%d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	locks, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false, fmt.Errorf("lock of %s: %w", path, err)
+	}
+	for _, line := range strings.Split(string(locks), "\n") {
+		f := strings.Fields(line)
+		// "N: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END"; "N: -> ..." lines are waiters.
+		if len(f) >= 6 && f[1] == "FLOCK" && f[5] == id {
+			return true, nil
+		}
+	}
+	return false, nil
 }

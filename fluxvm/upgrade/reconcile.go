@@ -129,7 +129,10 @@ func (e *Engine) reconcileOne(ctx context.Context, stateDir, id string, stale ti
 // finalized reports whether a terminal transaction's evidence is complete (the signature too when
 // the plan as begun asks for one).
 func finalized(dir string) bool {
-	if _, err := os.Stat(filepath.Join(dir, evidence.ManifestFile)); err != nil {
+	if _, err := os.Lstat(filepath.Join(dir, FinalFile)); err != nil {
+		return false
+	}
+	if _, err := os.Lstat(filepath.Join(dir, evidence.ManifestFile)); err != nil {
 		return false
 	}
 	p, err := LoadPlan(filepath.Join(dir, PlanFile))
@@ -137,7 +140,7 @@ func finalized(dir string) bool {
 		return false
 	}
 	if p.Signing != nil {
-		if _, err := os.Stat(filepath.Join(dir, evidence.SignatureFile)); err != nil {
+		if _, err := os.Lstat(filepath.Join(dir, evidence.SignatureFile)); err != nil {
 			return false
 		}
 	}

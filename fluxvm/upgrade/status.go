@@ -49,9 +49,25 @@ type StepStatus struct {
 }
 
 // EvidenceStatus says whether the evidence files are present (not whether they verify).
+// State is "complete" (terminal, manifest and, when the plan signs, signature written),
+// "pending" (terminal, but finalization has not finished: resume or reconcile writes it) or
+// "none" (the transaction is still running).
 type EvidenceStatus struct {
-	Manifest  bool `json:"manifest"`
-	Signature bool `json:"signature"`
+	Manifest  bool   `json:"manifest"`
+	Signature bool   `json:"signature"`
+	State     string `json:"state"`
+}
+
+// Evidence states.
+const (
+	EvidenceComplete = "complete"
+	EvidencePending  = "pending"
+	EvidenceNone     = "none"
+)
+
+// EvidencePending reports a terminal transaction whose evidence is not (fully) written.
+func (s *Status) EvidencePending() bool {
+	return s.Evidence != nil && s.Evidence.State == EvidencePending
 }
 
 func ts(t time.Time) string {
@@ -122,7 +138,17 @@ func buildStatus(dir string, v *txView, comps []Component) *Status {
 // ReadStatus reads a transaction directory (journal and the plan as begun). A corrupt journal is
 // an error wrapping ErrJournalCorrupt.
 func ReadStatus(txDir string) (*Status, error) {
-	if _, err := os.Stat(filepath.Join(txDir, JournalFile)); errors.Is(err, fs.ErrNotExist) {
+	if fi, err := os.Stat(txDir); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", txDir, ErrNoTransaction)
+	} else if err != nil {
+		return nil, fmt.Errorf("transaction directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("transaction directory %s: not a directory", txDir)
+	}
+	if _, err := os.Lstat(filepath.Join(txDir, JournalFile)); errors.Is(err, fs.ErrNotExist) {
+		if err := checkNoStateWithoutJournal(txDir); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%s: %w", txDir, ErrNoTransaction)
 	}
 	evs, err := ReadJournal(txDir)
@@ -135,14 +161,25 @@ func ReadStatus(txDir string) (*Status, error) {
 		return nil, fmt.Errorf("%s: %w", txDir, err)
 	}
 	v := replay(evs)
+	if v.begin == nil {
+		if err := checkNoStateWithoutJournal(txDir); err != nil {
+			return nil, err
+		}
+	}
 	var comps []Component
 	if p, err := LoadPlan(filepath.Join(txDir, PlanFile)); err == nil {
 		comps = p.Components
 	}
 	s := buildStatus(txDir, v, comps)
-	_, manErr := os.Stat(filepath.Join(txDir, evidence.ManifestFile))
-	_, sigErr := os.Stat(filepath.Join(txDir, evidence.SignatureFile))
-	s.Evidence = &EvidenceStatus{Manifest: manErr == nil, Signature: sigErr == nil}
+	_, manErr := os.Lstat(filepath.Join(txDir, evidence.ManifestFile))
+	_, sigErr := os.Lstat(filepath.Join(txDir, evidence.SignatureFile))
+	s.Evidence = &EvidenceStatus{Manifest: manErr == nil, Signature: sigErr == nil, State: EvidenceNone}
+	if v.end != nil {
+		s.Evidence.State = EvidencePending
+		if finalized(txDir) {
+			s.Evidence.State = EvidenceComplete
+		}
+	}
 	return s, nil
 }
 

@@ -45,10 +45,18 @@ func (f *Fake) Run(ctx context.Context, cmd Cmd) (Result, error) {
 		}
 		return Result{}, nil
 	}
+	res, err := resp.Result, resp.Err
 	if resp.Do != nil {
-		return resp.Do(cmd)
+		res, err = resp.Do(cmd)
 	}
-	return resp.Result, resp.Err
+	// Like Exec, hand the output to the tees too (callers that stream it see it).
+	if cmd.Stdout != nil && len(res.Stdout) > 0 {
+		cmd.Stdout.Write(res.Stdout)
+	}
+	if cmd.Stderr != nil && len(res.Stderr) > 0 {
+		cmd.Stderr.Write(res.Stderr)
+	}
+	return res, err
 }
 
 // Argvs returns the recorded command lines, in order.
