@@ -249,6 +249,11 @@ func ReadLog(dir string) (*Interrupted, error) {
 		return nil
 	})
 	if errors.Is(err, os.ErrNotExist) {
+		// Only no directory entry at all is "no interrupted run": a dangling symlink in its
+		// place would otherwise hide a run that must be recovered.
+		if aerr := durable.Absent(path); aerr != nil {
+			return nil, fmt.Errorf("checkpoint: %w", aerr)
+		}
 		return nil, nil
 	}
 	if err != nil {

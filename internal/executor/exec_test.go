@@ -1031,3 +1031,28 @@ func TestReplaceWithItsArtifactChangedInTheSameRun(t *testing.T) {
 	}
 	checkAgree(t, h.state(), h.fake)
 }
+
+// A checkpoint path that is a dangling symlink is not "no interrupted run": it is refused,
+// naming the link, as a state path is (a directory in its place is refused too).
+func TestReadLogRefusesDanglingSymlink(t *testing.T) {
+	dir := t.TempDir()
+	if it, err := ReadLog(dir); it != nil || err != nil {
+		t.Fatalf("no log: got %v %v, want nil, nil", it, err)
+	}
+	link := filepath.Join(dir, CheckpointFile)
+	if err := os.Symlink(filepath.Join(dir, "gone"), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadLog(dir); !errors.Is(err, durable.ErrDanglingSymlink) {
+		t.Fatalf("dangling symlink: got %v, want ErrDanglingSymlink", err)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(link, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadLog(dir); err == nil {
+		t.Fatal("directory in place of the log: got no error")
+	}
+}
