@@ -60,7 +60,7 @@ func TestProvisionerExactlyOnceOrTainted(t *testing.T) {
 	for n := 1; n < 100; n++ {
 		points = append(points, "checkpoint@"+strconv.Itoa(n))
 	}
-	tainted, kills := 0, 0
+	tainted, kills, finished := 0, 0, false
 	for _, p := range points {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), []byte(provTopology), 0o644); err != nil {
@@ -76,6 +76,7 @@ func TestProvisionerExactlyOnceOrTainted(t *testing.T) {
 		if !r.Killed {
 			if strings.HasPrefix(p, "checkpoint@") {
 				must(t, r, "apply with "+p)
+				finished = true
 				break // beyond the last record
 			}
 			t.Fatalf("apply with %s was not killed: %+v", p, r)
@@ -142,6 +143,9 @@ func TestProvisionerExactlyOnceOrTainted(t *testing.T) {
 				t.Fatalf("%s: after converging apply %s is %s (%s)", what, res.Addr, res.Observation.Status, res.Observation.Reason)
 			}
 		}
+	}
+	if !finished {
+		t.Fatalf("every checkpoint up to the bound of 99 killed the apply: the loop never reached the end of a run")
 	}
 	if tainted == 0 || kills < 10 {
 		t.Fatalf("%d kills, %d tainted: the provisioning window was not hit", kills, tainted)

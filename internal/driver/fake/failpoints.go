@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,7 +34,14 @@ type Failpoint struct {
 // ErrInjected is wrapped by errors a failpoint returns.
 var ErrInjected = errors.New("injected failure")
 
+// methods are the driver calls a failpoint may name (the points enter and commit pass).
+var methods = []string{"ApplyPolicy", "Attach", "ConfigureGuestNetwork", "CreateNetwork", "CreateNode",
+	"DeleteNetwork", "DeleteNode", "DeletePolicy", "Detach", "Exec", "ImportNode", "NewGeneration",
+	"ObserveAttachment", "ObserveNetwork", "ObserveNode", "ObservePolicy", "Residue", "ResolveArtifact",
+	"StartNode", "StopNode", "VerifyArtifact"}
+
 // ParseFailpoints parses "Point[@N]=action,…", e.g. "CreateNode.after@2=crash,Attach=error".
+// An unknown point or action is an error.
 func ParseFailpoints(s string) ([]*Failpoint, error) {
 	var out []*Failpoint
 	for _, part := range strings.Split(s, ",") {
@@ -57,6 +65,10 @@ func ParseFailpoints(s string) ([]*Failpoint, error) {
 		case FailError, FailUnavailable, FailCrash:
 		default:
 			return nil, fmt.Errorf("failpoint %q: unknown action %q", part, act)
+		}
+		// A misspelled point would never fire, and a crash test would pass without a crash.
+		if m := strings.TrimSuffix(fp.Point, ".after"); m != "mutation" && !slices.Contains(methods, m) {
+			return nil, fmt.Errorf("failpoint %q: unknown point %q (known: mutation, %s, each also as METHOD.after)", part, fp.Point, strings.Join(methods, ", "))
 		}
 		out = append(out, fp)
 	}

@@ -149,9 +149,14 @@ func TestFailpoints(t *testing.T) {
 	if !errors.Is(err, driver.ErrUnavailable) || obs.Status != substrate.Unknown {
 		t.Fatalf("unavailable observe: got %v %v, want Unknown + ErrUnavailable", obs.Status, err)
 	}
-	for _, bad := range []string{"CreateNode", "CreateNode=explode", "CreateNode@0=error"} {
+	for _, bad := range []string{"CreateNode", "CreateNode=explode", "CreateNode@0=error", "CreateNod=crash", "mutations@1=crash", "Exec.afterr=error"} {
 		if _, err := ParseFailpoints(bad); err == nil {
 			t.Errorf("ParseFailpoints(%q): got nil error", bad)
+		}
+	}
+	for _, good := range []string{"CreateNode.after@2=crash,Attach=error", "mutation@3=crash", "Exec@1=crash", "StopNode=unavailable"} {
+		if _, err := ParseFailpoints(good); err != nil {
+			t.Errorf("ParseFailpoints(%q): %v", good, err)
 		}
 	}
 }
