@@ -85,16 +85,22 @@ func flockHeld(f *os.File) error {
 // holderDead reports whether the holder record names a pid that no longer exists here. An
 // unreadable or foreign record is not proof of death.
 func holderDead(holder string) bool {
-	rest, ok := strings.CutPrefix(holder, "pid ")
-	if !ok {
-		return false
-	}
-	n, _, _ := strings.Cut(rest, " ")
-	pid, err := strconv.Atoi(n)
-	if err != nil || pid <= 0 || pid == os.Getpid() {
+	pid, ok := HolderPID(holder)
+	if !ok || pid == os.Getpid() {
 		return false
 	}
 	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+}
+
+// HolderPID returns the pid a holder record ("pid 1234 (cmd) since …") names.
+func HolderPID(holder string) (int, bool) {
+	rest, ok := strings.CutPrefix(holder, "pid ")
+	if !ok {
+		return 0, false
+	}
+	n, _, _ := strings.Cut(rest, " ")
+	pid, err := strconv.Atoi(n)
+	return pid, err == nil && pid > 0
 }
 
 // LockWait retries Lock until it succeeds, ctx ends (the last LockedError is returned), or

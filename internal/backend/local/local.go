@@ -212,8 +212,6 @@ func (b *Backend) Lock(ctx context.Context, info backend.LockInfo) (string, erro
 	return info.ID, nil
 }
 
-var holderPID = regexp.MustCompile(`^pid (\d+)`)
-
 // lockedError describes the holder from P.lock.json, trusting it only when its pid matches the
 // pid the flock holder recorded in P.lock (else it is a previous holder's leftover).
 func (b *Backend) lockedError(flockHolder string) error {
@@ -221,7 +219,7 @@ func (b *Backend) lockedError(flockHolder string) error {
 	var info backend.LockInfo
 	data, err := os.ReadFile(b.path + ".lock.json")
 	if err == nil && json.Unmarshal(data, &info) == nil {
-		if m := holderPID.FindStringSubmatch(flockHolder); m != nil && m[1] == strconv.Itoa(info.PID) {
+		if pid, ok := durable.HolderPID(flockHolder); ok && pid == info.PID {
 			e.Holder = info
 		}
 	}
