@@ -92,3 +92,25 @@ func BuildBinary(t testing.TB, pkg string, tags ...string) string {
 	}
 	return out
 }
+
+// MainWithBinary is a TestMain body for packages that drive one built binary: it builds pkg with
+// tags into a fresh world-readable directory (0755, so a test may run it as user nobody), sets
+// *bin to its path, runs the tests and removes the directory. A build failure exits 1.
+func MainWithBinary(m *testing.M, bin *string, pkg string, tags ...string) {
+	dir, err := os.MkdirTemp("", "sysbox-bin-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err == nil {
+		*bin = filepath.Join(dir, path.Base(pkg))
+		err = GoBuild(pkg, *bin, tags...)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
