@@ -103,82 +103,113 @@ func kindOf(typ string) string {
 // into a graph. Pure: no I/O. Recorded attachments win over configured ones, since they say
 // what is wired.
 func Build(top *config.Topology, st *states.State) *Graph {
-	g := &Graph{Elements: []Element{}, Edges: []Edge{}}
-	byAddr := map[string]*Element{}
-	var order []string
-	get := func(a addrs.Instance) *Element {
-		k := a.String()
-		if e, ok := byAddr[k]; ok {
-			return e
-		}
-		e := &Element{Address: k, Kind: kindOf(a.Resource.Type), Type: a.Resource.Type, Module: a.Module.String()}
-		byAddr[k] = e
-		order = append(order, k)
+	b := &builder{
+		g:      &Graph{Elements: []Element{}, Edges: []Edge{}},
+		byAddr: map[string]*Element{}, cfgAttach: map[string][]attach{},
+		stAttach: map[string][]attach{}, deps: map[string][]string{},
+	}
+	if top != nil {
+		b.addConfig(top)
+	}
+	if st != nil {
+		b.addState(st)
+	}
+	sort.Strings(b.order)
+	b.addElements()
+	b.addEdges()
+	return b.g
+}
+
+// builder is the state Build accumulates: elements by address (in first-seen order until
+// sorted) and, per address, the configured and recorded attachments and dependencies.
+type builder struct {
+	g         *Graph
+	byAddr    map[string]*Element
+	order     []string
+	cfgAttach map[string][]attach
+	stAttach  map[string][]attach
+	deps      map[string][]string
+}
+
+// element returns the element of a, creating it on first sight.
+func (b *builder) element(a addrs.Instance) *Element {
+	k := a.String()
+	if e, ok := b.byAddr[k]; ok {
 		return e
 	}
-	cfgAttach := map[string][]attach{}
-	deps := map[string][]string{}
-	if top != nil {
-		for _, r := range top.Resources {
-			e := get(r.Addr)
-			e.InConfig = true
-			switch c := r.Config.(type) {
-			case handlers.NodeConfig:
-				e.Driver = c.Driver
-				for name, at := range c.Attachments {
-					cfgAttach[e.Address] = append(cfgAttach[e.Address], attach{name, at.Network, at.IPv4})
-				}
-			case handlers.NetworkConfig:
-				e.Driver = c.Driver
-			case handlers.FirewallConfig:
-				e.Driver, e.Node = c.Driver, c.Node
-			case handlers.RouterConfig:
-				e.Driver, e.Node = c.Driver, c.Node
+	e := &Element{Address: k, Kind: kindOf(a.Resource.Type), Type: a.Resource.Type, Module: a.Module.String()}
+	b.byAddr[k] = e
+	b.order = append(b.order, k)
+	return e
+}
+
+// addConfig marks the configured resources with their driver, node, attachments and
+// dependencies.
+func (b *builder) addConfig(top *config.Topology) {
+	for _, r := range top.Resources {
+		e := b.element(r.Addr)
+		e.InConfig = true
+		switch c := r.Config.(type) {
+		case handlers.NodeConfig:
+			e.Driver = c.Driver
+			for name, at := range c.Attachments {
+				b.cfgAttach[e.Address] = append(b.cfgAttach[e.Address], attach{name, at.Network, at.IPv4})
 			}
-			for _, d := range r.DependsOn {
-				deps[e.Address] = append(deps[e.Address], d.String())
-			}
+		case handlers.NetworkConfig:
+			e.Driver = c.Driver
+		case handlers.FirewallConfig:
+			e.Driver, e.Node = c.Driver, c.Node
+		case handlers.RouterConfig:
+			e.Driver, e.Node = c.Driver, c.Node
+		}
+		for _, d := range r.DependsOn {
+			b.deps[e.Address] = append(b.deps[e.Address], d.String())
 		}
 	}
-	stAttach := map[string][]attach{}
-	if st != nil {
-		g.Lineage, g.Serial = st.Lineage, st.Serial
-		for _, r := range st.Resources {
-			e := get(r.Addr)
-			e.InState = true
-			if r.Driver != "" {
-				e.Driver = r.Driver
-			}
-			e.ExternalID = r.ExternalID
-			e.Generation = r.Owner.Generation
-			e.Observation = string(r.Observation.Status)
-			e.Reason = r.Observation.Reason
-			if !r.Observation.At.IsZero() {
-				at := r.Observation.At.UTC()
-				e.ObservedAt = &at
-			}
-			if len(r.Attributes) > 0 {
-				e.Attributes = append(json.RawMessage(nil), r.Attributes...)
-			}
-			if r.Private != nil {
-				e.Private = &Opaque{Driver: r.Private.Driver, Version: r.Private.Version, Bytes: len(r.Private.Data)}
-			}
-			if e.Node == "" {
-				e.Node = nodeOf(r.Attributes)
-			}
-			if !e.InConfig {
-				for _, d := range r.Dependencies {
-					deps[e.Address] = append(deps[e.Address], d.String())
-				}
-			}
-			for _, a := range r.Attachments {
-				stAttach[e.Address] = append(stAttach[e.Address], attach{a.Name, networkOf(cfgAttach[e.Address], a.Name), a.IPv4})
+}
+
+// addState marks the recorded resources with what the state knows of them; dependencies
+// come from the state only for resources the configuration no longer has.
+func (b *builder) addState(st *states.State) {
+	b.g.Lineage, b.g.Serial = st.Lineage, st.Serial
+	for _, r := range st.Resources {
+		e := b.element(r.Addr)
+		e.InState = true
+		if r.Driver != "" {
+			e.Driver = r.Driver
+		}
+		e.ExternalID = r.ExternalID
+		e.Generation = r.Owner.Generation
+		e.Observation = string(r.Observation.Status)
+		e.Reason = r.Observation.Reason
+		if !r.Observation.At.IsZero() {
+			at := r.Observation.At.UTC()
+			e.ObservedAt = &at
+		}
+		if len(r.Attributes) > 0 {
+			e.Attributes = append(json.RawMessage(nil), r.Attributes...)
+		}
+		if r.Private != nil {
+			e.Private = &Opaque{Driver: r.Private.Driver, Version: r.Private.Version, Bytes: len(r.Private.Data)}
+		}
+		if e.Node == "" {
+			e.Node = nodeOf(r.Attributes)
+		}
+		if !e.InConfig {
+			for _, d := range r.Dependencies {
+				b.deps[e.Address] = append(b.deps[e.Address], d.String())
 			}
 		}
+		for _, a := range r.Attachments {
+			b.stAttach[e.Address] = append(b.stAttach[e.Address], attach{a.Name, networkOf(b.cfgAttach[e.Address], a.Name), a.IPv4})
+		}
 	}
-	sort.Strings(order)
-	for _, k := range order {
-		e := byAddr[k]
+}
+
+// addElements appends the elements in address order, each with its diff and observation.
+func (b *builder) addElements() {
+	for _, k := range b.order {
+		e := b.byAddr[k]
 		switch {
 		case !e.InState:
 			e.Observation, e.Diff = string(substrate.Absent), DiffConfigOnly
@@ -190,17 +221,22 @@ func Build(top *config.Topology, st *states.State) *Graph {
 		if e.Observation == "" {
 			e.Observation = string(substrate.Unknown)
 		}
-		g.Elements = append(g.Elements, *e)
+		b.g.Elements = append(b.g.Elements, *e)
 	}
-	for _, k := range order {
-		ats := stAttach[k]
+}
+
+// addEdges appends, per element in address order, its attachment edges and then its
+// dependency edges.
+func (b *builder) addEdges() {
+	for _, k := range b.order {
+		ats := b.stAttach[k]
 		if len(ats) == 0 {
-			ats = cfgAttach[k]
+			ats = b.cfgAttach[k]
 		}
 		sort.Slice(ats, func(i, j int) bool { return ats[i].name < ats[j].name })
 		linked := map[string]bool{}
 		for _, a := range ats {
-			if a.network == "" || byAddr[a.network] == nil {
+			if a.network == "" || b.byAddr[a.network] == nil {
 				continue
 			}
 			linked[a.network] = true
@@ -208,21 +244,20 @@ func Build(top *config.Topology, st *states.State) *Graph {
 			if len(a.ipv4) > 0 {
 				label += " " + strings.Join(a.ipv4, ",")
 			}
-			g.Edges = append(g.Edges, Edge{ID: "att:" + k + ":" + a.name, Kind: EdgeAttachment, Source: k, Target: a.network,
+			b.g.Edges = append(b.g.Edges, Edge{ID: "att:" + k + ":" + a.name, Kind: EdgeAttachment, Source: k, Target: a.network,
 				Label: label, Name: a.name, IPv4: a.ipv4})
 		}
-		ds := deps[k]
+		ds := b.deps[k]
 		sort.Strings(ds)
 		for i, d := range ds {
 			// A node's attachment already draws its network dependency; a repeated or
 			// dangling dependency adds nothing.
-			if linked[d] || byAddr[d] == nil || (i > 0 && ds[i-1] == d) {
+			if linked[d] || b.byAddr[d] == nil || (i > 0 && ds[i-1] == d) {
 				continue
 			}
-			g.Edges = append(g.Edges, Edge{ID: "dep:" + k + ":" + d, Kind: EdgeDependency, Source: k, Target: d})
+			b.g.Edges = append(b.g.Edges, Edge{ID: "dep:" + k + ":" + d, Kind: EdgeDependency, Source: k, Target: d})
 		}
 	}
-	return g
 }
 
 // attach is one node attachment: its name, its network's address and its addresses.
