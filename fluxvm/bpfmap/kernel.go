@@ -387,21 +387,7 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 	if err != nil {
 		return fail(err)
 	}
-	if h.ByteOrder != "" && h.ByteOrder != hostByteOrder() {
-		return fail(fmt.Errorf("snapshot %s was taken on a %s-endian host, this one is %s-endian: %w",
-			path, h.ByteOrder, hostByteOrder(), ErrABIMismatch))
-	}
-	bootChanged := h.BootID != boot
-	if bootChanged && spec.Policy != MetadataOnly {
-		err := fmt.Errorf("snapshot %s was taken in boot %s, the host is now in boot %s; the map pinned at %s is not the one snapshotted: %w",
-			path, h.BootID, boot, spec.Pin, ErrBootChanged)
-		ref, perr := resolvePin(spec.BPFFSRoot, spec.Pin)
-		if ref != nil {
-			ref.Close()
-		}
-		if errors.Is(perr, ErrMapMissing) {
-			err = fmt.Errorf("%w; %w (bpffs emptied by the reboot)", err, perr)
-		}
+	if err := checkSnapshotHost(spec, path, h, boot); err != nil {
 		return fail(err)
 	}
 
@@ -420,70 +406,121 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 		rep.Skipped = true
 		return rep, nil
 	}
-
-	if err := checkRestorable(h.Info, target); err != nil {
-		return fail(fmt.Errorf("snapshot %s into pin %s: %w", path, spec.Pin, err))
-	}
-	if err := checkDeclaredABI(spec.Declared, target, false); err != nil {
-		return fail(fmt.Errorf("pin %s: %w", spec.Pin, err))
-	}
-	if err := checkInfoPolicy(target, t, spec.Policy); err != nil {
+	if err := checkSnapshotFits(spec, path, h, target, t); err != nil {
 		return fail(err)
 	}
-	if !h.Recorded {
-		return fail(fmt.Errorf("snapshot %s (taken under %s): %w", path, h.Policy, ErrNoEntries))
-	}
-	if h.Entries > int64(target.MaxEntries) {
-		return fail(fmt.Errorf("snapshot %s holds %d entries, map at %s has max_entries %d: %w",
-			path, h.Entries, spec.Pin, target.MaxEntries, ErrOverCapacity))
-	}
 
-	ks, vs := int(target.KeySize), int(target.ValueSize)
-	final := h.Entries
-	if t != ebpf.Array {
-		current, _, err := s.dump(ctx, m, true, nil)
-		if err != nil {
-			return fail(fmt.Errorf("pin %s: read current entries: %w", spec.Pin, err))
-		}
-		var extra [][]byte // target keys not in the snapshot
-		if current.n > 0 {
-			extra = keysNotIn(current, ks, sd.Keys)
-		}
-		switch spec.Policy {
-		case Merge:
-			final = h.Entries + int64(len(extra))
-			if final > int64(target.MaxEntries) {
-				return fail(fmt.Errorf("merging %d snapshot entries with %d other entries already in %s exceeds max_entries %d: %w",
-					h.Entries, len(extra), spec.Pin, target.MaxEntries, ErrOverCapacity))
-			}
-		case Replace:
-			rep.Deleted, err = s.deleteKeys(ctx, m, extra, ks)
-			if err != nil {
-				return fail(fmt.Errorf("pin %s: delete %d keys not in the snapshot: %w", spec.Pin, len(extra), err))
-			}
-		}
-	} else {
-		final = int64(target.MaxEntries)
+	final, err := s.makeRoom(ctx, m, spec, sd, target, t, &rep)
+	if err != nil {
+		return fail(err)
 	}
-
-	rep.Written, err = s.update(ctx, m, sd.Keys, sd.Values, ks, vs, h.Entries, progress)
+	rep.Written, err = s.update(ctx, m, sd.Keys, sd.Values, int(target.KeySize), int(target.ValueSize), h.Entries, progress)
 	if err != nil {
 		return fail(fmt.Errorf("pin %s: %w", spec.Pin, err))
 	}
 	rep.Target.Entries = final
 	if t == ebpf.LRUHash {
-		// An LRU map evicts instead of refusing, and may do so before it is full (free
-		// nodes cached per CPU), so check that every restored key is still there.
-		if rep.Evicted, err = s.missingKeys(ctx, m, sd.Keys, ks); err != nil {
-			return fail(fmt.Errorf("pin %s: verify restored keys: %w", spec.Pin, err))
-		}
-		if rep.Evicted > 0 {
-			rep.Target.Entries = -1
-			return fail(fmt.Errorf("LRU map at %s evicted %d of the %d restored entries (max_entries %d): %w",
-				spec.Pin, rep.Evicted, h.Entries, target.MaxEntries, ErrOverCapacity))
+		if err := s.checkNoneEvicted(ctx, m, spec, sd, target, &rep); err != nil {
+			return fail(err)
 		}
 	}
 	return rep, nil
+}
+
+// checkSnapshotHost refuses a snapshot taken on a host of the other byte order, and, unless
+// only metadata is restored, one taken in another boot (the pinned map is then not the one
+// snapshotted), saying when the reboot emptied bpffs.
+func checkSnapshotHost(spec Spec, path string, h *Header, boot string) error {
+	if h.ByteOrder != "" && h.ByteOrder != hostByteOrder() {
+		return fmt.Errorf("snapshot %s was taken on a %s-endian host, this one is %s-endian: %w",
+			path, h.ByteOrder, hostByteOrder(), ErrABIMismatch)
+	}
+	if h.BootID == boot || spec.Policy == MetadataOnly {
+		return nil
+	}
+	err := fmt.Errorf("snapshot %s was taken in boot %s, the host is now in boot %s; the map pinned at %s is not the one snapshotted: %w",
+		path, h.BootID, boot, spec.Pin, ErrBootChanged)
+	ref, perr := resolvePin(spec.BPFFSRoot, spec.Pin)
+	if ref != nil {
+		ref.Close()
+	}
+	if errors.Is(perr, ErrMapMissing) {
+		err = fmt.Errorf("%w; %w (bpffs emptied by the reboot)", err, perr)
+	}
+	return err
+}
+
+// checkSnapshotFits refuses a snapshot the target map cannot take: another ABI, a policy the
+// map type does not allow, no recorded entries, or more entries than max_entries.
+func checkSnapshotFits(spec Spec, path string, h *Header, target Info, t ebpf.MapType) error {
+	if err := checkRestorable(h.Info, target); err != nil {
+		return fmt.Errorf("snapshot %s into pin %s: %w", path, spec.Pin, err)
+	}
+	if err := checkDeclaredABI(spec.Declared, target, false); err != nil {
+		return fmt.Errorf("pin %s: %w", spec.Pin, err)
+	}
+	if err := checkInfoPolicy(target, t, spec.Policy); err != nil {
+		return err
+	}
+	if !h.Recorded {
+		return fmt.Errorf("snapshot %s (taken under %s): %w", path, h.Policy, ErrNoEntries)
+	}
+	if h.Entries > int64(target.MaxEntries) {
+		return fmt.Errorf("snapshot %s holds %d entries, map at %s has max_entries %d: %w",
+			path, h.Entries, spec.Pin, target.MaxEntries, ErrOverCapacity)
+	}
+	return nil
+}
+
+// makeRoom prepares a hash map for the snapshot's entries under the policy: merge checks the
+// union fits, replace deletes the target keys absent from the snapshot (counted in
+// rep.Deleted). It returns the number of entries the map holds once the snapshot is written
+// (an array always holds max_entries).
+func (s *KernelStore) makeRoom(ctx context.Context, m *ebpf.Map, spec Spec, sd *Snapshot, target Info, t ebpf.MapType, rep *RestoreReport) (int64, error) {
+	h := &sd.Header
+	if t == ebpf.Array {
+		return int64(target.MaxEntries), nil
+	}
+	ks := int(target.KeySize)
+	current, _, err := s.dump(ctx, m, true, nil)
+	if err != nil {
+		return 0, fmt.Errorf("pin %s: read current entries: %w", spec.Pin, err)
+	}
+	var extra [][]byte // target keys not in the snapshot
+	if current.n > 0 {
+		extra = keysNotIn(current, ks, sd.Keys)
+	}
+	final := h.Entries
+	switch spec.Policy {
+	case Merge:
+		final = h.Entries + int64(len(extra))
+		if final > int64(target.MaxEntries) {
+			return 0, fmt.Errorf("merging %d snapshot entries with %d other entries already in %s exceeds max_entries %d: %w",
+				h.Entries, len(extra), spec.Pin, target.MaxEntries, ErrOverCapacity)
+		}
+	case Replace:
+		rep.Deleted, err = s.deleteKeys(ctx, m, extra, ks)
+		if err != nil {
+			return 0, fmt.Errorf("pin %s: delete %d keys not in the snapshot: %w", spec.Pin, len(extra), err)
+		}
+	}
+	return final, nil
+}
+
+// checkNoneEvicted checks every restored key is still in an LRU map, which evicts instead of
+// refusing and may do so before it is full (free nodes cached per CPU). Evictions are counted
+// in rep.Evicted and make the target's entry count unknown.
+func (s *KernelStore) checkNoneEvicted(ctx context.Context, m *ebpf.Map, spec Spec, sd *Snapshot, target Info, rep *RestoreReport) error {
+	var err error
+	if rep.Evicted, err = s.missingKeys(ctx, m, sd.Keys, int(target.KeySize)); err != nil {
+		return fmt.Errorf("pin %s: verify restored keys: %w", spec.Pin, err)
+	}
+	if rep.Evicted > 0 {
+		rep.Target.Entries = -1
+		return fmt.Errorf("LRU map at %s evicted %d of the %d restored entries (max_entries %d): %w",
+			spec.Pin, rep.Evicted, sd.Header.Entries, target.MaxEntries, ErrOverCapacity)
+	}
+	return nil
 }
 
 // missingKeys counts the packed keys that m does not hold.
