@@ -47,19 +47,9 @@ type Veth struct {
 // refused (driver.ErrNotOwned). On failure nothing created here is left behind.
 func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	where := "veth " + spec.HostName
-	if !ValidIfName(spec.HostName) || !ValidIfName(spec.NodeName) {
-		return Veth{}, fmt.Errorf("%s: invalid interface names %q/%q", where, spec.HostName, spec.NodeName)
-	}
-	if !spec.Owner.Complete() {
-		return Veth{}, fmt.Errorf("%s: incomplete owner %+v", where, spec.Owner)
-	}
-	var prefixes []*netlink.Addr
-	for _, p := range spec.IPv4 {
-		n, err := ParseIPv4Prefix(p)
-		if err != nil {
-			return Veth{}, fmt.Errorf("%s: %w", where, err)
-		}
-		prefixes = append(prefixes, &netlink.Addr{IPNet: n})
+	prefixes, err := vethPrefixes(spec, where)
+	if err != nil {
+		return Veth{}, err
 	}
 	br, err := netlink.LinkByName(spec.Bridge)
 	if err != nil {
@@ -68,18 +58,8 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	if br.Type() != "bridge" {
 		return Veth{}, fmt.Errorf("%s: %s is a %s, not a bridge", where, spec.Bridge, br.Type())
 	}
-	marker := spec.Owner.Marker()
-	if old, err := netlink.LinkByName(spec.HostName); err == nil {
-		if !adoptUnmarked(spec.IntentDir, "veth", spec.HostName, old.Attrs().Alias, spec.Owner) {
-			if err := checkOwned("veth", old, spec.Owner); err != nil {
-				return Veth{}, err
-			}
-		}
-		if err := netlink.LinkDel(old); err != nil && !isNotFound(err) {
-			return Veth{}, fmt.Errorf("%s: remove leftover: %w", where, err)
-		}
-	} else if !isNotFound(err) {
-		return Veth{}, fmt.Errorf("%s: %w", where, err)
+	if err := removeLeftoverHostSide(spec, where); err != nil {
+		return Veth{}, err
 	}
 	ns, err := spec.Netns.Open()
 	if err != nil {
@@ -91,13 +71,8 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 		return Veth{}, fmt.Errorf("%s: netns %s: netlink: %w", where, spec.Netns, err)
 	}
 	defer nh.Close()
-	if old, err := nh.LinkByName(spec.NodeName); err == nil {
-		if err := checkOwned("interface "+spec.NodeName+" in "+spec.Netns.Path+":", old, spec.Owner); err != nil {
-			return Veth{}, err
-		}
-		if err := nh.LinkDel(old); err != nil && !isNotFound(err) {
-			return Veth{}, fmt.Errorf("%s: remove leftover node side %s: %w", where, spec.NodeName, err)
-		}
+	if err := removeLeftoverNodeSide(nh, spec, where); err != nil {
+		return Veth{}, err
 	}
 	mtu := spec.MTU
 	if mtu == 0 {
@@ -127,32 +102,99 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 		}
 		clearIntent(spec.IntentDir, spec.HostName)
 	}()
-	if err := netlink.LinkSetAlias(v, marker); err != nil { // ignored on creation by the kernel
-		return Veth{}, fmt.Errorf("%s: mark: %w", where, err)
-	}
-	if err := netlink.LinkSetMasterByIndex(v, br.Attrs().Index); err != nil {
-		return Veth{}, fmt.Errorf("%s: enslave to %s: %w", where, spec.Bridge, err)
-	}
-	peer, err := nh.LinkByName(spec.NodeName)
+	peer, err := wireVeth(nh, v, br, spec, prefixes, where)
 	if err != nil {
-		return Veth{}, fmt.Errorf("%s: node side %s: %w", where, spec.NodeName, err)
-	}
-	if err := nh.LinkSetAlias(peer, marker); err != nil {
-		return Veth{}, fmt.Errorf("%s: node side %s: alias: %w", where, spec.NodeName, err)
-	}
-	for _, a := range prefixes {
-		if err := nh.AddrReplace(peer, a); err != nil {
-			return Veth{}, fmt.Errorf("%s: node side %s: address %s: %w", where, spec.NodeName, a.IPNet, err)
-		}
-	}
-	if err := nh.LinkSetUp(peer); err != nil {
-		return Veth{}, fmt.Errorf("%s: node side %s: up: %w", where, spec.NodeName, err)
+		return Veth{}, err
 	}
 	ok = true
 	return Veth{
 		HostName: spec.HostName, NodeName: spec.NodeName, Bridge: spec.Bridge, Netns: spec.Netns.Path,
 		MAC: peer.Attrs().HardwareAddr.String(), IPv4: append([]string(nil), spec.IPv4...),
 	}, nil
+}
+
+// vethPrefixes checks the names and owner of spec and parses its node-side addresses.
+func vethPrefixes(spec VethSpec, where string) ([]*netlink.Addr, error) {
+	if !ValidIfName(spec.HostName) || !ValidIfName(spec.NodeName) {
+		return nil, fmt.Errorf("%s: invalid interface names %q/%q", where, spec.HostName, spec.NodeName)
+	}
+	if !spec.Owner.Complete() {
+		return nil, fmt.Errorf("%s: incomplete owner %+v", where, spec.Owner)
+	}
+	var prefixes []*netlink.Addr
+	for _, p := range spec.IPv4 {
+		n, err := ParseIPv4Prefix(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		prefixes = append(prefixes, &netlink.Addr{IPNet: n})
+	}
+	return prefixes, nil
+}
+
+// removeLeftoverHostSide deletes a host-side link named spec.HostName that spec.Owner owns
+// (or that an interrupted create of spec.Owner left unmarked); another's is refused.
+func removeLeftoverHostSide(spec VethSpec, where string) error {
+	old, err := netlink.LinkByName(spec.HostName)
+	if err != nil {
+		if !isNotFound(err) {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		return nil
+	}
+	if !adoptUnmarked(spec.IntentDir, "veth", spec.HostName, old.Attrs().Alias, spec.Owner) {
+		if err := checkOwned("veth", old, spec.Owner); err != nil {
+			return err
+		}
+	}
+	if err := netlink.LinkDel(old); err != nil && !isNotFound(err) {
+		return fmt.Errorf("%s: remove leftover: %w", where, err)
+	}
+	return nil
+}
+
+// removeLeftoverNodeSide deletes an interface named spec.NodeName in the node's namespace
+// that spec.Owner owns; another's is refused.
+func removeLeftoverNodeSide(nh *netlink.Handle, spec VethSpec, where string) error {
+	old, err := nh.LinkByName(spec.NodeName)
+	if err != nil {
+		return nil // none (or unreadable: creating the pair then fails on the taken name)
+	}
+	if err := checkOwned("interface "+spec.NodeName+" in "+spec.Netns.Path+":", old, spec.Owner); err != nil {
+		return err
+	}
+	if err := nh.LinkDel(old); err != nil && !isNotFound(err) {
+		return fmt.Errorf("%s: remove leftover node side %s: %w", where, spec.NodeName, err)
+	}
+	return nil
+}
+
+// wireVeth marks the new pair on both sides, enslaves the host side to br, and addresses and
+// brings up the node side, which it returns.
+func wireVeth(nh *netlink.Handle, v *netlink.Veth, br netlink.Link, spec VethSpec, prefixes []*netlink.Addr, where string) (netlink.Link, error) {
+	marker := spec.Owner.Marker()
+	if err := netlink.LinkSetAlias(v, marker); err != nil { // ignored on creation by the kernel
+		return nil, fmt.Errorf("%s: mark: %w", where, err)
+	}
+	if err := netlink.LinkSetMasterByIndex(v, br.Attrs().Index); err != nil {
+		return nil, fmt.Errorf("%s: enslave to %s: %w", where, spec.Bridge, err)
+	}
+	peer, err := nh.LinkByName(spec.NodeName)
+	if err != nil {
+		return nil, fmt.Errorf("%s: node side %s: %w", where, spec.NodeName, err)
+	}
+	if err := nh.LinkSetAlias(peer, marker); err != nil {
+		return nil, fmt.Errorf("%s: node side %s: alias: %w", where, spec.NodeName, err)
+	}
+	for _, a := range prefixes {
+		if err := nh.AddrReplace(peer, a); err != nil {
+			return nil, fmt.Errorf("%s: node side %s: address %s: %w", where, spec.NodeName, a.IPNet, err)
+		}
+	}
+	if err := nh.LinkSetUp(peer); err != nil {
+		return nil, fmt.Errorf("%s: node side %s: up: %w", where, spec.NodeName, err)
+	}
+	return peer, nil
 }
 
 // ObserveVeth reports a pair: Absent when the host side or the namespace is gone (a veth pair
