@@ -283,63 +283,53 @@ func diffAttrs(prior, desired json.RawMessage, rules map[string]attrRule, update
 	if err := json.Unmarshal(desired, &n); err != nil {
 		return plans.Diff{}, fmt.Errorf("desired attributes: %w", err)
 	}
-	keys := map[string]struct{}{}
-	for k := range p {
-		keys[k] = struct{}{}
-	}
-	for k := range n {
-		keys[k] = struct{}{}
-	}
-	names := make([]string, 0, len(keys))
-	for k := range keys {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	var changes []plans.AttrChange
-	for _, k := range names {
+	for _, k := range unionKeys(p, n) {
 		rule, ok := rules[k]
 		if !ok {
 			rule = attrRule{effect: plans.ForcesReplacement}
 		}
 		if rule.perKey {
-			var pm, nm map[string]json.RawMessage
-			_ = json.Unmarshal(orNull(p[k]), &pm)
-			_ = json.Unmarshal(orNull(n[k]), &nm)
-			sub := map[string]struct{}{}
-			for s := range pm {
-				sub[s] = struct{}{}
-			}
-			for s := range nm {
-				sub[s] = struct{}{}
-			}
-			subs := make([]string, 0, len(sub))
-			for s := range sub {
-				subs = append(subs, s)
-			}
-			sort.Strings(subs)
-			for _, s := range subs {
-				if jsonEqual(pm[s], nm[s]) {
-					continue
-				}
-				path := k + "[" + quote(s) + "]"
-				var po, no map[string]json.RawMessage
-				if json.Unmarshal(pm[s], &po) != nil || json.Unmarshal(nm[s], &no) != nil || po == nil || no == nil {
-					changes = append(changes, plans.AttrChange{Path: path, Before: pm[s], After: nm[s], Effect: rule.effect, Why: rule.why})
-					continue
-				}
-				// both sides present: report the fields that changed (attachment["lan"].gateway)
-				for _, f := range unionKeys(po, no) {
-					if !jsonEqual(po[f], no[f]) {
-						changes = append(changes, plans.AttrChange{Path: path + "." + f, Before: po[f], After: no[f], Effect: rule.effect, Why: rule.why})
-					}
-				}
-			}
+			changes = append(changes, perKeyChanges(k, p[k], n[k], rule)...)
 			continue
 		}
 		if !jsonEqual(p[k], n[k]) {
 			changes = append(changes, plans.AttrChange{Path: k, Before: p[k], After: n[k], Effect: rule.effect, Why: rule.why})
 		}
 	}
+	return diffOf(changes, updateVerb), nil
+}
+
+// perKeyChanges compares the JSON object attribute k key by key (attachment["lan"]) and,
+// where both sides hold an object, field by field (attachment["lan"].gateway).
+func perKeyChanges(k string, prior, desired json.RawMessage, rule attrRule) []plans.AttrChange {
+	var pm, nm map[string]json.RawMessage
+	_ = json.Unmarshal(orNull(prior), &pm)
+	_ = json.Unmarshal(orNull(desired), &nm)
+	var changes []plans.AttrChange
+	for _, s := range unionKeys(pm, nm) {
+		if jsonEqual(pm[s], nm[s]) {
+			continue
+		}
+		path := k + "[" + quote(s) + "]"
+		var po, no map[string]json.RawMessage
+		if json.Unmarshal(pm[s], &po) != nil || json.Unmarshal(nm[s], &no) != nil || po == nil || no == nil {
+			changes = append(changes, plans.AttrChange{Path: path, Before: pm[s], After: nm[s], Effect: rule.effect, Why: rule.why})
+			continue
+		}
+		// both sides present: report the fields that changed (attachment["lan"].gateway)
+		for _, f := range unionKeys(po, no) {
+			if !jsonEqual(po[f], no[f]) {
+				changes = append(changes, plans.AttrChange{Path: path + "." + f, Before: po[f], After: no[f], Effect: rule.effect, Why: rule.why})
+			}
+		}
+	}
+	return changes
+}
+
+// diffOf is the diff the changes add up to: the strongest effect decides the action, and the
+// reason names the changed paths of that effect.
+func diffOf(changes []plans.AttrChange, updateVerb string) plans.Diff {
 	d := plans.Diff{Action: plans.NoOp, Changes: changes}
 	var repl, upd, none []string
 	replWhy := ""
@@ -368,7 +358,7 @@ func diffAttrs(prior, desired json.RawMessage, rules map[string]attrRule, update
 	default:
 		d.Reason = "up to date"
 	}
-	return d, nil
+	return d
 }
 
 func unionKeys(a, b map[string]json.RawMessage) []string {
