@@ -122,8 +122,37 @@ func restoreFiles(dir string, paths []string, journaled []FileSnapshot) ([]FileS
 // maxFileSnapMeta bounds a file snapshot's metadata record.
 const maxFileSnapMeta = 1 << 20
 
+// restoreFile puts path p back as snapshot i in dir recorded it, after checking the snapshot's
+// metadata is the record the journal holds.
 func restoreFile(dir string, i int, p string, journaled FileSnapshot) (FileSnapshot, error) {
 	metaPath, dataPath := fileSnapPaths(dir, i)
+	s, err := readFileSnapshot(metaPath, p, journaled)
+	if err != nil {
+		return s, err
+	}
+	parent := filepath.Dir(p)
+	if !s.Existed {
+		return s, removeCreatedFile(p)
+	}
+	if err := durable.MkdirAll(parent, 0o755); err != nil {
+		return s, fmt.Errorf("file %s: %w", p, err)
+	}
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		return s, fmt.Errorf("file %s: is now a directory; not replacing it", p)
+	}
+	switch s.Kind {
+	case "symlink":
+		return s, restoreSymlink(p, s)
+	case "file":
+		return s, restoreRegularFile(p, dataPath, s)
+	}
+	return s, fmt.Errorf("file %s: snapshot kind %q unknown", p, s.Kind)
+}
+
+// readFileSnapshot reads the snapshot metadata of p at metaPath and checks it is for p and
+// is what the journal recorded when the snapshot was taken: a record rewritten since (other
+// mode, owner, content digest) is not trusted.
+func readFileSnapshot(metaPath, p string, journaled FileSnapshot) (FileSnapshot, error) {
 	var s FileSnapshot
 	raw, err := durable.ReadRegular(metaPath, maxFileSnapMeta)
 	if err != nil {
@@ -135,86 +164,86 @@ func restoreFile(dir string, i int, p string, journaled FileSnapshot) (FileSnaps
 	if s.Path != p {
 		return s, fmt.Errorf("file %s: snapshot %s is for %s", p, metaPath, s.Path)
 	}
-	// The metadata must be what the journal recorded when the snapshot was taken: a record
-	// rewritten since (other mode, owner, content digest) is not trusted.
 	if s != journaled {
 		return s, fmt.Errorf("file %s: snapshot metadata %s differs from the journal's record (%+v, journal %+v): %w", p, metaPath, s, journaled, durable.ErrCorrupt)
 	}
+	return s, nil
+}
+
+// removeCreatedFile removes p, which did not exist before apply; a directory there is left
+// alone and reported.
+func removeCreatedFile(p string) error {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil && fi.IsDir() {
+		return fmt.Errorf("file %s: did not exist before; apply left a directory there, not removing it", p)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("file %s: remove (did not exist before): %w", p, err)
+	}
+	return durable.SyncDir(filepath.Dir(p))
+}
+
+// restoreSymlink puts the symlink s back at p through a renamed temporary link.
+func restoreSymlink(p string, s FileSnapshot) error {
 	parent := filepath.Dir(p)
-	if !s.Existed {
-		fi, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return s, nil
-		}
-		if err == nil && fi.IsDir() {
-			return s, fmt.Errorf("file %s: did not exist before; apply left a directory there, not removing it", p)
-		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return s, fmt.Errorf("file %s: remove (did not exist before): %w", p, err)
-		}
-		return s, durable.SyncDir(parent)
+	tmp := filepath.Join(parent, "."+filepath.Base(p)+".fluxvm-restore")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(s.Target, tmp); err != nil {
+		return fmt.Errorf("file %s: %w", p, err)
 	}
-	if err := durable.MkdirAll(parent, 0o755); err != nil {
-		return s, fmt.Errorf("file %s: %w", p, err)
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("file %s: %w", p, err)
 	}
-	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
-		return s, fmt.Errorf("file %s: is now a directory; not replacing it", p)
+	_ = os.Lchown(p, s.UID, s.GID)
+	return durable.SyncDir(parent)
+}
+
+// restoreRegularFile puts the content at dataPath back at p, after checking it against the
+// snapshot's digest. Write, set owner and mode on the temp file, then rename: the path never
+// shows a half-written or wrongly-owned file.
+func restoreRegularFile(p, dataPath string, s FileSnapshot) error {
+	parent := filepath.Dir(p)
+	data, err := durable.ReadRegular(dataPath, 0)
+	if err != nil {
+		return fmt.Errorf("file %s: snapshot content: %w", p, err)
 	}
-	switch s.Kind {
-	case "symlink":
-		tmp := filepath.Join(parent, "."+filepath.Base(p)+".fluxvm-restore")
-		_ = os.Remove(tmp)
-		if err := os.Symlink(s.Target, tmp); err != nil {
-			return s, fmt.Errorf("file %s: %w", p, err)
-		}
-		if err := os.Rename(tmp, p); err != nil {
-			return s, fmt.Errorf("file %s: %w", p, err)
-		}
-		_ = os.Lchown(p, s.UID, s.GID)
-		return s, durable.SyncDir(parent)
-	case "file":
-		data, err := durable.ReadRegular(dataPath, 0)
-		if err != nil {
-			return s, fmt.Errorf("file %s: snapshot content: %w", p, err)
-		}
-		sum := sha256.Sum256(data)
-		if hex.EncodeToString(sum[:]) != s.SHA256 {
-			return s, fmt.Errorf("file %s: snapshot content %s: %w: sha256 mismatch", p, dataPath, durable.ErrCorrupt)
-		}
-		// Write, set owner and mode on the temp file, then rename: the path never shows a
-		// half-written or wrongly-owned file.
-		tmp, err := os.CreateTemp(parent, "."+filepath.Base(p)+".fluxvm-restore-*")
-		if err != nil {
-			return s, fmt.Errorf("file %s: %w", p, err)
-		}
-		tmpName := tmp.Name()
-		fail := func(err error) (FileSnapshot, error) {
-			tmp.Close()
-			os.Remove(tmpName)
-			return s, fmt.Errorf("file %s: restore: %w", p, err)
-		}
-		if _, err := tmp.Write(data); err != nil {
-			return fail(err)
-		}
-		if err := tmp.Chown(s.UID, s.GID); err != nil && os.Geteuid() == 0 {
-			return fail(err)
-		}
-		if err := tmp.Chmod(s.Mode); err != nil {
-			return fail(err)
-		}
-		if err := tmp.Sync(); err != nil {
-			return fail(err)
-		}
-		if err := tmp.Close(); err != nil {
-			return fail(err)
-		}
-		if err := os.Rename(tmpName, p); err != nil {
-			os.Remove(tmpName)
-			return s, fmt.Errorf("file %s: restore: %w", p, err)
-		}
-		return s, durable.SyncDir(parent)
+	sum := sha256.Sum256(data)
+	if hex.EncodeToString(sum[:]) != s.SHA256 {
+		return fmt.Errorf("file %s: snapshot content %s: %w: sha256 mismatch", p, dataPath, durable.ErrCorrupt)
 	}
-	return s, fmt.Errorf("file %s: snapshot kind %q unknown", p, s.Kind)
+	tmp, err := os.CreateTemp(parent, "."+filepath.Base(p)+".fluxvm-restore-*")
+	if err != nil {
+		return fmt.Errorf("file %s: %w", p, err)
+	}
+	tmpName := tmp.Name()
+	fail := func(err error) error {
+		tmp.Close()
+		os.Remove(tmpName)
+		return fmt.Errorf("file %s: restore: %w", p, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Chown(s.UID, s.GID); err != nil && os.Geteuid() == 0 {
+		return fail(err)
+	}
+	if err := tmp.Chmod(s.Mode); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmpName, p); err != nil {
+		os.Remove(tmpName)
+		return fmt.Errorf("file %s: restore: %w", p, err)
+	}
+	return durable.SyncDir(parent)
 }
 
 // checkNoStateWithoutJournal refuses a transaction directory whose journal is missing or has no

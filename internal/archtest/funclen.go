@@ -30,7 +30,6 @@ var LongFuncAllowed = map[string]string{
 	"drivers/docker/oci.go: ociToDockerArchive":            "being split on branch funclen (#10)",
 	"drivers/netns/importer.go: Driver.ImportNode":         "being split on branch funclen (#10)",
 	"drivers/nftables/driver.go: Driver.ObservePolicy":     "being split on branch funclen (#10)",
-	"fluxvm/upgrade/files.go: restoreFile":                 "being split on branch funclen (#10)",
 	"internal/backend/backendtest/child.go: child":         "being split on branch funclen (#10)",
 	"internal/graph/graph.go: Graph.Walk":                  "being split on branch funclen (#10)",
 }
