@@ -313,86 +313,99 @@ func (g *Graph) Walk(ctx context.Context, parallelism int, fn func(ctx context.C
 	if parallelism < 1 {
 		parallelism = 1
 	}
+	w := newWalk(g)
 	n := len(g.nodes)
-	indeg := make([]int, n)
-	for i := range g.deps {
-		indeg[i] = len(g.deps[i])
-	}
-	failedBy := make([]int, n) // -1: fine; else id of the failed root cause
-	for i := range failedBy {
-		failedBy[i] = -1
-	}
-	var (
-		mu      sync.Mutex
-		errs    []error
-		ready   = &idHeap{g: g}
-		running int
-		done    int
-		wake    = make(chan struct{}, n+1)
-	)
-	for i := 0; i < n; i++ {
-		if indeg[i] == 0 {
-			ready.ids = append(ready.ids, i)
-		}
-	}
-	heap.Init(ready)
-	// finish records a node's result; called with mu held.
-	var finish func(id int, cause int)
-	finish = func(id int, cause int) {
-		done++
-		for _, r := range g.rdeps[id] {
-			if cause >= 0 && failedBy[r] < 0 {
-				failedBy[r] = cause
-			}
-			indeg[r]--
-			if indeg[r] == 0 {
-				if failedBy[r] >= 0 {
-					errs = append(errs, &SkippedError{Node: g.nodes[r], Failed: g.nodes[failedBy[r]]})
-					finish(r, failedBy[r])
-				} else {
-					heap.Push(ready, r)
-				}
-			}
-		}
-	}
 	var wg sync.WaitGroup
-	mu.Lock()
-	for done < n {
-		for ready.Len() > 0 && running < parallelism && ctx.Err() == nil {
-			id := heap.Pop(ready).(int)
-			running++
+	w.mu.Lock()
+	for w.done < n {
+		for w.ready.Len() > 0 && w.running < parallelism && ctx.Err() == nil {
+			w.running++
 			wg.Add(1)
-			go func(id int) {
-				defer wg.Done()
-				err := fn(ctx, g.nodes[id])
-				mu.Lock()
-				running--
-				cause := -1
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", g.nodes[id], err))
-					cause = id
-				}
-				finish(id, cause)
-				mu.Unlock()
-				wake <- struct{}{}
-			}(id)
+			go w.call(ctx, &wg, heap.Pop(w.ready).(int), fn)
 		}
-		if ctx.Err() != nil && running == 0 {
+		if ctx.Err() != nil && w.running == 0 {
 			break
 		}
-		if running == 0 && ready.Len() == 0 {
+		if w.running == 0 && w.ready.Len() == 0 {
 			break // cannot happen on a DAG; defensive
 		}
-		mu.Unlock()
-		<-wake
-		mu.Lock()
+		w.mu.Unlock()
+		<-w.wake
+		w.mu.Lock()
 	}
-	mu.Unlock()
+	w.mu.Unlock()
 	wg.Wait()
-	if err := ctx.Err(); err != nil && done < n {
-		errs = append(errs, fmt.Errorf("walk stopped after %d of %d nodes: %w", done, n, err))
+	if err := ctx.Err(); err != nil && w.done < n {
+		w.errs = append(w.errs, fmt.Errorf("walk stopped after %d of %d nodes: %w", w.done, n, err))
 	}
-	return errors.Join(errs...)
+	return errors.Join(w.errs...)
+}
+
+// walk is one Walk's bookkeeping; mu guards every field but g and wake.
+type walk struct {
+	g        *Graph
+	mu       sync.Mutex
+	errs     []error
+	ready    *idHeap // nodes whose dependencies all finished
+	indeg    []int   // dependencies not yet finished, per node
+	failedBy []int   // -1: fine; else id of the failed root cause
+	running  int
+	done     int
+	wake     chan struct{} // one send per finished call
+}
+
+func newWalk(g *Graph) *walk {
+	n := len(g.nodes)
+	w := &walk{g: g, ready: &idHeap{g: g}, indeg: make([]int, n), failedBy: make([]int, n), wake: make(chan struct{}, n+1)}
+	for i := range g.deps {
+		w.indeg[i] = len(g.deps[i])
+	}
+	for i := range w.failedBy {
+		w.failedBy[i] = -1
+	}
+	for i := 0; i < n; i++ {
+		if w.indeg[i] == 0 {
+			w.ready.ids = append(w.ready.ids, i)
+		}
+	}
+	heap.Init(w.ready)
+	return w
+}
+
+// call runs fn on node id, records its result and wakes the scheduler.
+func (w *walk) call(ctx context.Context, wg *sync.WaitGroup, id int, fn func(ctx context.Context, node addrs.Instance) error) {
+	defer wg.Done()
+	err := fn(ctx, w.g.nodes[id])
+	w.mu.Lock()
+	w.running--
+	cause := -1
+	if err != nil {
+		w.errs = append(w.errs, fmt.Errorf("%s: %w", w.g.nodes[id], err))
+		cause = id
+	}
+	w.finish(id, cause)
+	w.mu.Unlock()
+	w.wake <- struct{}{}
+}
+
+// finish records a node's result (cause: the failed root cause, or -1), readying or skipping
+// the dependents it was the last dependency of; called with mu held.
+func (w *walk) finish(id int, cause int) {
+	w.done++
+	for _, r := range w.g.rdeps[id] {
+		if cause >= 0 && w.failedBy[r] < 0 {
+			w.failedBy[r] = cause
+		}
+		w.indeg[r]--
+		if w.indeg[r] == 0 {
+			if w.failedBy[r] >= 0 {
+				w.errs = append(w.errs, &SkippedError{Node: w.g.nodes[r], Failed: w.g.nodes[w.failedBy[r]]})
+				w.finish(r, w.failedBy[r])
+			} else {
+				heap.Push(w.ready, r)
+			}
+		}
+	}
 }
 
 // DOT renders the graph in Graphviz form, nodes and edges sorted.
