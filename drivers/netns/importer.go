@@ -63,15 +63,27 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 		return substrate.ImportedNode{}, fmt.Errorf("%s: %w", where, err)
 	}
 	out := substrate.ImportedNode{Handle: substrate.Handle{Driver: Name, ExternalID: externalID, Private: encode(private{Kind: kindNode, Netns: externalID, NsInode: ino})}}
+	if out.Attachments, err = reMarkAttachments(nh, path, prev, perr == nil, marker); err != nil {
+		return substrate.ImportedNode{}, fmt.Errorf("%s: %w", where, err)
+	}
+	if out.Command, err = d.adoptSidecar(externalID, ino, marker); err != nil {
+		return substrate.ImportedNode{}, fmt.Errorf("%s: %w", where, err)
+	}
+	return out, nil
+}
 
-	// Attachments: re-mark both veth ends of the previous generation's marker.
+// reMarkAttachments moves the node-side veths in the namespace at path that carry the
+// previous generation's marker prev, and whose host peer carries it too, to marker (both
+// ends) and reports them as attachments. An unclaimed namespace (!claimed) has none.
+func reMarkAttachments(nh *netlink.Handle, path string, prev substrate.Owner, claimed bool, marker string) ([]substrate.AttachmentState, error) {
 	links, err := linuxnet.LinkList(nh)
 	if err != nil {
-		return substrate.ImportedNode{}, fmt.Errorf("%s: list links: %w", where, err)
+		return nil, fmt.Errorf("list links: %w", err)
 	}
+	var out []substrate.AttachmentState
 	for _, l := range links {
 		veth, ok := l.(*netlink.Veth)
-		if !ok || perr != nil {
+		if !ok || !claimed {
 			continue
 		}
 		if o, err := substrate.ParseMarker(l.Attrs().Alias); err != nil || !o.Equal(prev) {
@@ -89,19 +101,26 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 			continue
 		}
 		if err := nh.LinkSetAlias(l, marker); err != nil {
-			return substrate.ImportedNode{}, fmt.Errorf("%s: re-mark %s: %w", where, l.Attrs().Name, err)
+			return nil, fmt.Errorf("re-mark %s: %w", l.Attrs().Name, err)
 		}
 		if err := netlink.LinkSetAlias(host, marker); err != nil {
-			return substrate.ImportedNode{}, fmt.Errorf("%s: re-mark %s: %w", where, host.Attrs().Name, err)
+			return nil, fmt.Errorf("re-mark %s: %w", host.Attrs().Name, err)
 		}
 		addrs, _ := nh.AddrList(l, netlink.FAMILY_V4)
 		v := linuxnet.Veth{HostName: host.Attrs().Name, NodeName: l.Attrs().Name, Bridge: br.Attrs().Name, Netns: path, MAC: l.Attrs().HardwareAddr.String()}
 		for _, a := range addrs {
 			v.IPv4 = append(v.IPv4, a.IPNet.String())
 		}
-		out.Attachments = append(out.Attachments, substrate.AttachmentState{Name: l.Attrs().Name, MAC: v.MAC, IPv4: v.IPv4, Private: encode(private{Kind: kindAttachment, Veth: &v})})
+		out = append(out, substrate.AttachmentState{Name: l.Attrs().Name, MAC: v.MAC, IPv4: v.IPv4, Private: encode(private{Kind: kindAttachment, Veth: &v})})
 	}
+	return out, nil
+}
 
+// adoptSidecar rewrites the namespace's sidecar under marker (starting afresh when it is
+// missing or names another namespace inode) and returns the command line of its process
+// when that process still runs.
+func (d *Driver) adoptSidecar(externalID string, ino uint64, marker string) ([]string, error) {
+	var command []string
 	sc, err := d.readSidecar(externalID)
 	if err != nil || sc.NsInode != ino {
 		sc = sidecar{Netns: externalID, NsInode: ino}
@@ -109,11 +128,11 @@ func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substr
 	sc.Marker = marker
 	if processAlive(sc.Pid, sc.StartTime, ino) {
 		if b, err := os.ReadFile("/proc/" + strconv.Itoa(sc.Pid) + "/cmdline"); err == nil {
-			out.Command = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+			command = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 		}
 	}
 	if err := d.writeSidecar(sc); err != nil {
-		return substrate.ImportedNode{}, fmt.Errorf("%s: %w", where, err)
+		return nil, err
 	}
-	return out, nil
+	return command, nil
 }

@@ -28,7 +28,6 @@ var LongFuncAllowed = map[string]string{
 	"bench/bpfmap/main.go: run":                            "being split on branch funclen (#10)",
 	"drivers/docker/nodes.go: Driver.ObserveNode":          "being split on branch funclen (#10)",
 	"drivers/docker/oci.go: ociToDockerArchive":            "being split on branch funclen (#10)",
-	"drivers/netns/importer.go: Driver.ImportNode":         "being split on branch funclen (#10)",
 	"drivers/nftables/driver.go: Driver.ObservePolicy":     "being split on branch funclen (#10)",
 	"internal/backend/backendtest/child.go: child":         "being split on branch funclen (#10)",
 }
