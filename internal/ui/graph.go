@@ -62,11 +62,7 @@ type Element struct {
 }
 
 // Opaque describes a private envelope without its content.
-type Opaque struct {
-	Driver  string `json:"driver"`
-	Version int    `json:"version"`
-	Bytes   int    `json:"bytes"`
-}
+type Opaque = substrate.EnvelopeSummary
 
 // Edge kinds.
 const (
@@ -190,7 +186,8 @@ func (b *builder) addState(st *states.State) {
 			e.Attributes = append(json.RawMessage(nil), r.Attributes...)
 		}
 		if r.Private != nil {
-			e.Private = &Opaque{Driver: r.Private.Driver, Version: r.Private.Version, Bytes: len(r.Private.Data)}
+			sum := r.Private.Summary()
+			e.Private = &sum
 		}
 		if e.Node == "" {
 			e.Node = nodeOf(r.Attributes)

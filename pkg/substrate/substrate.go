@@ -107,6 +107,19 @@ type Envelope struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
+// EnvelopeSummary describes an envelope without its content: what views (`state show`, the
+// UI) show in its place, so provider-private data never reaches them.
+type EnvelopeSummary struct {
+	Driver  string `json:"driver"`
+	Version int    `json:"version"`
+	Bytes   int    `json:"bytes"`
+}
+
+// Summary reduces e to its driver, version and size.
+func (e Envelope) Summary() EnvelopeSummary {
+	return EnvelopeSummary{Driver: e.Driver, Version: e.Version, Bytes: len(e.Data)}
+}
+
 // Handle identifies an external object a driver created.
 type Handle struct {
 	Driver     string   `json:"driver"`

@@ -224,35 +224,29 @@ func newStateShowCommand(app *App) *cobra.Command {
 // stateShowJSON is a resource as `state show` presents it: everything public; private
 // envelopes reduced to what they are.
 type stateShowJSON struct {
-	Address       string              `json:"address"`
-	Type          string              `json:"type"`
-	SchemaVersion int                 `json:"schema_version"`
-	Driver        string              `json:"driver,omitempty"`
-	ExternalID    string              `json:"external_id,omitempty"`
-	Status        string              `json:"status"`
-	StatusReason  string              `json:"status_reason,omitempty"`
-	ObservedAt    *time.Time          `json:"observed_at,omitempty"`
-	Owner         substrate.Owner     `json:"owner"`
-	Dependencies  []string            `json:"dependencies"`
-	Attachments   []attachmentJSON    `json:"attachments"`
-	Attributes    any                 `json:"attributes"`
-	Private       *opaqueEnvelopeJSON `json:"private,omitempty"`
-	CreatedAt     time.Time           `json:"created_at"`
-	UpdatedAt     time.Time           `json:"updated_at"`
+	Address       string                     `json:"address"`
+	Type          string                     `json:"type"`
+	SchemaVersion int                        `json:"schema_version"`
+	Driver        string                     `json:"driver,omitempty"`
+	ExternalID    string                     `json:"external_id,omitempty"`
+	Status        string                     `json:"status"`
+	StatusReason  string                     `json:"status_reason,omitempty"`
+	ObservedAt    *time.Time                 `json:"observed_at,omitempty"`
+	Owner         substrate.Owner            `json:"owner"`
+	Dependencies  []string                   `json:"dependencies"`
+	Attachments   []attachmentJSON           `json:"attachments"`
+	Attributes    any                        `json:"attributes"`
+	Private       *substrate.EnvelopeSummary `json:"private,omitempty"`
+	CreatedAt     time.Time                  `json:"created_at"`
+	UpdatedAt     time.Time                  `json:"updated_at"`
 }
 
 type attachmentJSON struct {
-	Name    string              `json:"name"`
-	MAC     string              `json:"mac"`
-	IPv4    []string            `json:"ipv4"`
-	Gateway string              `json:"gateway,omitempty"`
-	Private *opaqueEnvelopeJSON `json:"private,omitempty"`
-}
-
-type opaqueEnvelopeJSON struct {
-	Driver  string `json:"driver"`
-	Version int    `json:"version"`
-	Bytes   int    `json:"bytes"`
+	Name    string                     `json:"name"`
+	MAC     string                     `json:"mac"`
+	IPv4    []string                   `json:"ipv4"`
+	Gateway string                     `json:"gateway,omitempty"`
+	Private *substrate.EnvelopeSummary `json:"private,omitempty"`
 }
 
 func showView(r *states.Resource) stateShowJSON {
@@ -270,12 +264,14 @@ func showView(r *states.Resource) stateShowJSON {
 	for _, a := range r.Attachments {
 		j := attachmentJSON{Name: a.Name, MAC: a.MAC, IPv4: append([]string{}, a.IPv4...), Gateway: a.Gateway}
 		if a.Private.Driver != "" || len(a.Private.Data) > 0 {
-			j.Private = &opaqueEnvelopeJSON{Driver: a.Private.Driver, Version: a.Private.Version, Bytes: len(a.Private.Data)}
+			sum := a.Private.Summary()
+			j.Private = &sum
 		}
 		v.Attachments = append(v.Attachments, j)
 	}
 	if r.Private != nil {
-		v.Private = &opaqueEnvelopeJSON{Driver: r.Private.Driver, Version: r.Private.Version, Bytes: len(r.Private.Data)}
+		sum := r.Private.Summary()
+		v.Private = &sum
 	}
 	return v
 }
