@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"zyvor.dev/sysbox/internal/testenv"
 )
 
 // runBounded runs the binary with a deadline, so that an input that makes it block (a FIFO)
@@ -45,40 +47,22 @@ func (w *world) runBounded(t *testing.T, args ...string) (code int, stderr strin
 func TestBadInputSweep(t *testing.T) {
 	w := newWorld(t, "")
 	in := t.TempDir()
-	mk := func(name string, make func(p string) error) string {
-		p := filepath.Join(in, name)
-		if err := make(p); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	files := []struct {
+	type badFile struct {
 		name string
 		path string
 		code int
-	}{
-		{"missing", filepath.Join(in, "missing.json"), exitError},
-		{"directory", mk("dir.json", func(p string) error { return os.Mkdir(p, 0o700) }), exitError},
-		{"unreadable (EIO)", "/proc/self/mem", exitError},
-		{"empty", mk("empty.json", func(p string) error { return os.WriteFile(p, nil, 0o600) }), exitInvalidPlan},
-		{"100 MB", mk("big.json", func(p string) error {
-			f, err := os.Create(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			return f.Truncate(100 << 20)
-		}), exitInvalidPlan},
-		{"invalid UTF-8", mk("utf8.json", func(p string) error {
-			return os.WriteFile(p, []byte("{\"transaction_id\":\"tx\xff\xfe\",\"components\":[]}"), 0o600)
-		}), exitInvalidPlan},
-		{"symlink loop", mk("loop.json", func(p string) error {
-			if err := os.Symlink(p+".b", p); err != nil {
-				return err
-			}
-			return os.Symlink(p, p+".b")
-		}), exitError},
-		{"FIFO", mk("fifo.json", func(p string) error { return syscall.Mkfifo(p, 0o600) }), exitError},
+	}
+	files := []badFile{{"unreadable (EIO)", "/proc/self/mem", exitError}}
+	for _, b := range testenv.BadFiles([]byte("{\"transaction_id\":\"tx\xff\xfe\",\"components\":[]}")) {
+		f := badFile{name: b.Name, path: filepath.Join(in, b.Name+".json"), code: exitError}
+		if err := b.Make(f.path); err != nil {
+			t.Fatal(err)
+		}
+		switch b.Name {
+		case "empty", "100MB", "invalid-utf8": // read, then refused as a plan
+			f.code = exitInvalidPlan
+		}
+		files = append(files, f)
 	}
 	for _, cmd := range []string{"validate", "probe", "plan", "run", "resume", "rollback", "status"} {
 		for _, f := range files {
@@ -90,19 +74,20 @@ func TestBadInputSweep(t *testing.T) {
 			})
 		}
 	}
-	dirs := []struct {
-		name string
-		path string
-	}{
-		{"missing", filepath.Join(in, "missing-dir")},
-		{"a regular file", mk("file", func(p string) error { return os.WriteFile(p, []byte("x"), 0o600) })},
-		{"FIFO", mk("fifo", func(p string) error { return syscall.Mkfifo(p, 0o600) })},
-		{"symlink loop", mk("loop", func(p string) error {
-			if err := os.Symlink(p+".b", p); err != nil {
-				return err
+	type badDir struct{ name, path string }
+	dirs := []badDir{{"a regular file", filepath.Join(in, "file")}}
+	if err := os.WriteFile(dirs[0].path, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range testenv.BadFiles(nil) {
+		switch b.Name {
+		case "missing", "fifo", "symlink-loop":
+			d := badDir{b.Name, filepath.Join(in, b.Name+"-dir")}
+			if err := b.Make(d.path); err != nil {
+				t.Fatal(err)
 			}
-			return os.Symlink(p, p+".b")
-		})},
+			dirs = append(dirs, d)
+		}
 	}
 	for _, d := range dirs {
 		t.Run("verify-evidence/"+d.name, func(t *testing.T) {

@@ -25,55 +25,23 @@ func TestMain(m *testing.M) {
 	testenv.MainWithBinary(m, &binary, "zyvor.dev/sysbox/cmd/sysbox", "sysboxtest")
 }
 
-// badFile makes the bad input kind at path (dir is the directory it lives in).
+// badFile is one bad input kind; nobody runs the command as user nobody (root reads anything).
 type badFile struct {
-	name   string
-	make   func(t *testing.T, path string)
-	nobody bool // run the command as user nobody (root reads anything)
+	testenv.BadFile
+	nobody bool
 }
 
-func badFiles(big string) []badFile {
-	write := func(b []byte) func(*testing.T, string) {
-		return func(t *testing.T, p string) {
-			if err := os.WriteFile(p, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
+func badFiles() []badFile {
+	var out []badFile
+	for _, b := range testenv.BadFiles([]byte("resource \"sysbox_network\" \"\xff\xfe\" {}\nx = \"\xc3\x28\"\n")) {
+		out = append(out, badFile{BadFile: b})
+	}
+	return append(out, badFile{nobody: true, BadFile: testenv.BadFile{Name: "unreadable", Make: func(p string) error {
+		if err := os.WriteFile(p, []byte("# secret\n"), 0o644); err != nil {
+			return err
 		}
-	}
-	return []badFile{
-		{name: "missing", make: func(*testing.T, string) {}},
-		{name: "directory", make: func(t *testing.T, p string) {
-			if err := os.Mkdir(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "unreadable", nobody: true, make: func(t *testing.T, p string) {
-			write([]byte("# secret\n"))(t, p)
-			if err := os.Chmod(p, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "empty", make: write(nil)},
-		{name: "100MB", make: func(t *testing.T, p string) {
-			if err := os.Link(big, p); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "invalid-utf8", make: write([]byte("resource \"sysbox_network\" \"\xff\xfe\" {}\nx = \"\xc3\x28\"\n"))},
-		{name: "symlink-loop", make: func(t *testing.T, p string) {
-			if err := os.Symlink(p+".loop", p); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink(p, p+".loop"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{name: "fifo", make: func(t *testing.T, p string) {
-			if err := syscall.Mkfifo(p, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	}
+		return os.Chmod(p, 0o600)
+	}}})
 }
 
 const goodTopology = `
@@ -88,16 +56,6 @@ resource "sysbox_network" "lan" {
 `
 
 func TestBadInputs(t *testing.T) {
-	big := filepath.Join(t.TempDir(), "big")
-	if f, err := os.Create(big); err != nil {
-		t.Fatal(err)
-	} else {
-		err = f.Truncate(100 << 20) // sparse: 100 MB of NUL bytes
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	type use struct {
 		file string                       // the input's file name in the topology directory
 		good bool                         // the directory holds a valid topology besides
@@ -116,19 +74,19 @@ func TestBadInputs(t *testing.T) {
 		}},
 	}
 	for _, u := range uses {
-		for _, bad := range badFiles(big) {
-			if u.file == "main.sysbox.hcl" && bad.name == "empty" {
+		for _, bad := range badFiles() {
+			if u.file == "main.sysbox.hcl" && bad.Name == "empty" {
 				continue // an empty topology is a valid one with nothing in it
 			}
-			if bad.name == "empty" && strings.HasSuffix(u.file, ".vars.hcl") {
+			if bad.Name == "empty" && strings.HasSuffix(u.file, ".vars.hcl") {
 				continue // an empty variables file sets nothing: valid
 			}
-			t.Run(u.file+"/"+bad.name, func(t *testing.T) {
+			t.Run(u.file+"/"+bad.Name, func(t *testing.T) {
 				if bad.nobody {
 					testenv.RequireRoot(t)
 				}
 				for _, args := range u.args(u.file) {
-					if args[0] == "fmt" && (bad.name == "missing" || bad.name == "directory") {
+					if args[0] == "fmt" && (bad.Name == "missing" || bad.Name == "directory") {
 						continue // fmt walks directories; none (or an empty one) is nothing to format
 					}
 					dir, err := os.MkdirTemp("", "sysbox-badinput-case-")
@@ -144,14 +102,16 @@ func TestBadInputs(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					bad.make(t, filepath.Join(dir, u.file))
+					if err := bad.Make(filepath.Join(dir, u.file)); err != nil {
+						t.Fatal(err)
+					}
 					code, out := run(t, dir, bad.nobody, args)
-					what := fmt.Sprintf("sysbox %s with a %s %s", strings.Join(args, " "), bad.name, u.file)
+					what := fmt.Sprintf("sysbox %s with a %s %s", strings.Join(args, " "), bad.Name, u.file)
 					if code != 1 {
 						t.Errorf("%s: exit %d, want 1:\n%s", what, code, out)
 					}
 					named := u.file
-					if bad.name == "missing" && u.file == "main.sysbox.hcl" {
+					if bad.Name == "missing" && u.file == "main.sysbox.hcl" {
 						named = "*.sysbox.hcl" // no topology file at all: the directory is the input
 					}
 					if !strings.Contains(out, named) {
