@@ -205,22 +205,7 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 	what := "observe node " + owner.Address
 	ins, err := d.cli.ContainerInspect(ctx, h.ExternalID)
 	if err != nil {
-		err = apiErr(fmt.Sprintf("%s: container %s", what, short(h.ExternalID)), err)
-		if !errors.Is(err, driver.ErrNotFound) {
-			return unknown(h.ExternalID, err), err
-		}
-		others, lerr := d.listOwned(ctx, owner.Topology, owner.Address)
-		if lerr != nil {
-			return unknown(h.ExternalID, lerr), lerr
-		}
-		for _, c := range others {
-			if o, ok := ownerFromLabels(c.Labels); ok && o.SameResource(owner) {
-				return substrate.Observation{Status: substrate.Drifted, ExternalID: c.ID, Owner: &o, At: observedAt(),
-					Reason: fmt.Sprintf("container %s is gone; container %s carries this resource's labels (replaced behind our back)", short(h.ExternalID), short(c.ID))}, nil
-			}
-		}
-		return substrate.Observation{Status: substrate.Absent, ExternalID: h.ExternalID, At: observedAt(),
-			Reason: fmt.Sprintf("container %s does not exist", short(h.ExternalID))}, nil
+		return d.observeMissingNode(ctx, h, owner, apiErr(fmt.Sprintf("%s: container %s", what, short(h.ExternalID)), err))
 	}
 	obs := substrate.Observation{ExternalID: ins.ID, At: observedAt(), Attributes: map[string]string{
 		"name": strings.TrimPrefix(ins.Name, "/"), "image": ins.Image,
@@ -254,10 +239,41 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		obs.Status, obs.Reason = substrate.Degraded, "container is "+ins.State.Status
 		return obs, nil
 	}
-	nics, err := listMarkedLinks(ins.State.Pid)
+	if err := d.observeNICs(ins.ID, ins.State.Pid, owner, &obs); err != nil {
+		return obs, fmt.Errorf("%s: %w", what, err)
+	}
+	return obs, nil
+}
+
+// observeMissingNode reports a node whose container inspect failed with err: unknown unless
+// the container is not found, then drifted when another container carries this resource's
+// labels (replaced behind our back), else absent.
+func (d *Driver) observeMissingNode(ctx context.Context, h substrate.Handle, owner substrate.Owner, err error) (substrate.Observation, error) {
+	if !errors.Is(err, driver.ErrNotFound) {
+		return unknown(h.ExternalID, err), err
+	}
+	others, lerr := d.listOwned(ctx, owner.Topology, owner.Address)
+	if lerr != nil {
+		return unknown(h.ExternalID, lerr), lerr
+	}
+	for _, c := range others {
+		if o, ok := ownerFromLabels(c.Labels); ok && o.SameResource(owner) {
+			return substrate.Observation{Status: substrate.Drifted, ExternalID: c.ID, Owner: &o, At: observedAt(),
+				Reason: fmt.Sprintf("container %s is gone; container %s carries this resource's labels (replaced behind our back)", short(h.ExternalID), short(c.ID))}, nil
+		}
+	}
+	return substrate.Observation{Status: substrate.Absent, ExternalID: h.ExternalID, At: observedAt(),
+		Reason: fmt.Sprintf("container %s does not exist", short(h.ExternalID))}, nil
+}
+
+// observeNICs sets obs's status from the NICs of the running container id (process pid):
+// degraded when an attachment is missing from its namespace or a NIC lost its host side,
+// unknown (with the error returned) when they cannot be read, else present.
+func (d *Driver) observeNICs(id string, pid int, owner substrate.Owner, obs *substrate.Observation) error {
+	nics, err := listMarkedLinks(pid)
 	if err != nil {
 		obs.Status, obs.Reason = substrate.Unknown, err.Error()
-		return obs, fmt.Errorf("%s: %w", what, err)
+		return err
 	}
 	obs.Attributes["nics"] = fmt.Sprint(len(nics))
 	present := map[string]bool{}
@@ -266,23 +282,23 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 			present[n.Name] = true
 		}
 	}
-	missing, err := d.missingNICs(ins.ID, owner, present)
+	missing, err := d.missingNICs(id, owner, present)
 	if err != nil {
 		obs.Status, obs.Reason = substrate.Unknown, err.Error()
-		return obs, fmt.Errorf("%s: %w", what, err)
+		return err
 	}
 	if len(missing) > 0 {
 		obs.Status, obs.Reason = substrate.Degraded, fmt.Sprintf("running but attachment(s) %s missing from its namespace", strings.Join(missing, ", "))
-		return obs, nil
+		return nil
 	}
 	for _, n := range nics {
 		if reason := n.hostSideProblem(); reason != "" {
 			obs.Status, obs.Reason = substrate.Degraded, fmt.Sprintf("NIC %s (attachment %s): %s", n.Name, n.Attachment, reason)
-			return obs, nil
+			return nil
 		}
 	}
 	obs.Status = substrate.Present
-	return obs, nil
+	return nil
 }
 
 // listOwned lists containers (running or not) labelled with topology and, if not empty, address.

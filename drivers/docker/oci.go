@@ -35,38 +35,9 @@ func ociToDockerArchive(path, arch string) (io.ReadCloser, error) {
 	if arch == "" {
 		arch = runtime.GOARCH
 	}
-	raw, err := readTarEntry(path, "index.json")
+	man, err := resolveOCIManifest(path, arch)
 	if err != nil {
 		return nil, err
-	}
-	var idx ocispec.Index
-	if err := json.Unmarshal(raw, &idx); err != nil {
-		return nil, fmt.Errorf("archive %s: index.json: %w", path, err)
-	}
-	var man ocispec.Manifest
-	for depth := 0; ; depth++ {
-		desc, err := pickManifest(idx, arch)
-		if err != nil {
-			return nil, fmt.Errorf("archive %s: %w", path, err)
-		}
-		blob, err := readTarEntry(path, blobPath(desc.Digest.String()))
-		if err != nil {
-			return nil, err
-		}
-		if desc.MediaType == mediaOCIIndex || desc.MediaType == mediaDockerList {
-			if depth >= maxIndexIndirections {
-				return nil, fmt.Errorf("archive %s: indexes nested deeper than %d", path, maxIndexIndirections)
-			}
-			idx = ocispec.Index{}
-			if err := json.Unmarshal(blob, &idx); err != nil {
-				return nil, fmt.Errorf("archive %s: index %s: %w", path, desc.Digest, err)
-			}
-			continue
-		}
-		if err := json.Unmarshal(blob, &man); err != nil {
-			return nil, fmt.Errorf("archive %s: manifest %s: %w", path, desc.Digest, err)
-		}
-		break
 	}
 	entry := dockerManifestEntry{Config: blobPath(man.Config.Digest.String())}
 	for _, l := range man.Layers {
@@ -84,40 +55,81 @@ func ociToDockerArchive(path, arch string) (io.ReadCloser, error) {
 	pr, pw := io.Pipe()
 	go func() {
 		defer c.Close()
-		tw := tar.NewWriter(pw)
-		err := func() error {
-			for {
-				h, err := tr.Next()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					return err
-				}
-				if cleanName(h.Name) == "manifest.json" {
-					continue
-				}
-				if err := tw.WriteHeader(h); err != nil {
-					return err
-				}
-				if _, err := io.Copy(tw, tr); err != nil {
-					return err
-				}
-			}
-			if err := tw.WriteHeader(&tar.Header{Name: "manifest.json", Mode: 0o644, Size: int64(len(mj)), Typeflag: tar.TypeReg}); err != nil {
-				return err
-			}
-			if _, err := tw.Write(mj); err != nil {
-				return err
-			}
-			return tw.Close()
-		}()
+		err := copyWithManifest(tar.NewWriter(pw), tr, mj)
 		if err != nil {
 			err = fmt.Errorf("archive %s: convert OCI layout: %w", path, err)
 		}
 		pw.CloseWithError(err)
 	}()
 	return pr, nil
+}
+
+// resolveOCIManifest follows index.json of the OCI layout at path, through at most
+// maxIndexIndirections nested indexes, to the manifest for arch.
+func resolveOCIManifest(path, arch string) (ocispec.Manifest, error) {
+	var man ocispec.Manifest
+	raw, err := readTarEntry(path, "index.json")
+	if err != nil {
+		return man, err
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(raw, &idx); err != nil {
+		return man, fmt.Errorf("archive %s: index.json: %w", path, err)
+	}
+	for depth := 0; ; depth++ {
+		desc, err := pickManifest(idx, arch)
+		if err != nil {
+			return man, fmt.Errorf("archive %s: %w", path, err)
+		}
+		blob, err := readTarEntry(path, blobPath(desc.Digest.String()))
+		if err != nil {
+			return man, err
+		}
+		if desc.MediaType == mediaOCIIndex || desc.MediaType == mediaDockerList {
+			if depth >= maxIndexIndirections {
+				return man, fmt.Errorf("archive %s: indexes nested deeper than %d", path, maxIndexIndirections)
+			}
+			idx = ocispec.Index{}
+			if err := json.Unmarshal(blob, &idx); err != nil {
+				return man, fmt.Errorf("archive %s: index %s: %w", path, desc.Digest, err)
+			}
+			continue
+		}
+		if err := json.Unmarshal(blob, &man); err != nil {
+			return man, fmt.Errorf("archive %s: manifest %s: %w", path, desc.Digest, err)
+		}
+		return man, nil
+	}
+}
+
+// copyWithManifest copies every entry of tr to tw but a manifest.json, then appends
+// manifest.json holding mj and closes tw.
+func copyWithManifest(tw *tar.Writer, tr *tar.Reader, mj []byte) error {
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if cleanName(h.Name) == "manifest.json" {
+			continue
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: "manifest.json", Mode: 0o644, Size: int64(len(mj)), Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(mj); err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
 // pickManifest chooses the index entry for arch: the only entry, or the one whose platform
