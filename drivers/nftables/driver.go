@@ -195,42 +195,52 @@ func (d *Driver) ObservePolicy(ctx context.Context, node substrate.Handle, h sub
 		obs.Status, obs.Reason = substrate.Drifted, "table lacks this resource's ownership marker"
 		return obs, nil
 	}
+	if err := observeTableContent(c, ns, p.Table, atts, spec, &obs); err != nil {
+		return obs, err
+	}
+	return obs, nil
+}
+
+// observeTableContent sets obs's status from what our marked table in ns holds: drifted when
+// an attachment's device, the table's canonical form or (for routers) forwarding departs from
+// spec, unknown (with the error returned) when they cannot be read, else present.
+func observeTableContent(c *nft.Conn, ns linuxnet.Netns, table string, atts []substrate.AttachmentState, spec substrate.PolicySpec, obs *substrate.Observation) error {
 	devs, err := devices(ns, atts)
 	if errors.Is(err, driver.ErrUnavailable) {
 		obs.Status, obs.Reason = substrate.Unknown, err.Error()
-		return obs, fmt.Errorf("policy %s: %w", spec.Owner.Address, err)
+		return fmt.Errorf("policy %s: %w", spec.Owner.Address, err)
 	} else if err != nil {
 		obs.Status, obs.Reason = substrate.Drifted, err.Error()
-		return obs, nil
+		return nil
 	}
 	chains, err := render(spec, devs)
 	if err != nil {
 		obs.Status = substrate.Unknown
-		return obs, err
+		return err
 	}
-	got, err := readTable(c, p.Table)
+	got, err := readTable(c, table)
 	if err != nil {
 		obs.Status = substrate.Unknown
-		return obs, fmt.Errorf("policy %s: %w: %w", spec.Owner.Address, driver.ErrUnavailable, err)
+		return fmt.Errorf("policy %s: %w: %w", spec.Owner.Address, driver.ErrUnavailable, err)
 	}
 	obs.Attributes["installed_digest"] = digest(got)
 	if want := canonical(chains); got != want {
-		obs.Status, obs.Reason = substrate.Drifted, "table ip "+p.Table+" was changed outside sysbox"
-		return obs, nil
+		obs.Status, obs.Reason = substrate.Drifted, "table ip "+table+" was changed outside sysbox"
+		return nil
 	}
 	if spec.Router != nil {
 		on, err := forwarding(ns)
 		if err != nil {
 			obs.Status, obs.Reason = substrate.Unknown, err.Error()
-			return obs, fmt.Errorf("policy %s: %w: %w", spec.Owner.Address, driver.ErrUnavailable, err)
+			return fmt.Errorf("policy %s: %w: %w", spec.Owner.Address, driver.ErrUnavailable, err)
 		}
 		if !on {
 			obs.Status, obs.Reason = substrate.Drifted, "net.ipv4.ip_forward is off in the node"
-			return obs, nil
+			return nil
 		}
 	}
 	obs.Status = substrate.Present
-	return obs, nil
+	return nil
 }
 
 // DeletePolicy implements driver.Policy: it deletes the table only when its marker equals owner;
