@@ -103,66 +103,108 @@ func run(ctx context.Context, n, runs int, root, dir, bpftool string, parallel i
 		dir = d
 	}
 
-	keys := make([]uint64, n)
-	vals := make([][2]uint64, n)
-	for i := range keys {
-		keys[i] = uint64(i)*0x9E3779B97F4A7C15 + 1
-		vals[i] = [2]uint64{uint64(i), keys[i] ^ 0xDEADBEEF}
-	}
-	create := func(fill bool) (*ebpf.Map, error) {
-		os.Remove(pin)
-		m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "fluxvm_bench", Type: ebpf.Hash, KeySize: keySize,
-			ValueSize: valueSize, MaxEntries: uint32(n)})
-		if err != nil {
-			return nil, fmt.Errorf("create map: %w", err)
-		}
-		if err := m.Pin(pin); err != nil {
-			m.Close()
-			return nil, err
-		}
-		if fill {
-			if c, err := m.BatchUpdate(keys, vals, nil); err != nil || c != n {
-				m.Close()
-				return nil, fmt.Errorf("fill: %d of %d: %w", c, n, err)
-			}
-		}
-		return m, nil
-	}
-
 	opts := []bpfmap.Option{bpfmap.WithTool("bpfmap-bench")}
 	if parallel > 0 {
 		opts = append(opts, bpfmap.WithParallel(parallel))
 	}
-	store := bpfmap.NewStore(opts...)
-	spec := bpfmap.Spec{Component: "bench", Name: "hash", Pin: pin, BPFFSRoot: root, Policy: bpfmap.Merge,
-		Declared: bpfmap.ABI{Type: "Hash", KeySize: keySize, ValueSize: valueSize}}
+	b := &bench{n: n, runs: runs, pin: pin, bpftool: bpftool, snap: filepath.Join(dir, "hash.snap"),
+		keys: make([]uint64, n), vals: make([][2]uint64, n), store: bpfmap.NewStore(opts...),
+		spec: bpfmap.Spec{Component: "bench", Name: "hash", Pin: pin, BPFFSRoot: root, Policy: bpfmap.Merge,
+			Declared: bpfmap.ABI{Type: "Hash", KeySize: keySize, ValueSize: valueSize}}}
+	for i := range b.keys {
+		b.keys[i] = uint64(i)*0x9E3779B97F4A7C15 + 1
+		b.vals[i] = [2]uint64{uint64(i), b.keys[i] ^ 0xDEADBEEF}
+	}
 	res := &result{Entries: n, KeySize: keySize, ValueSize: valueSize, Runs: runs, Parallel: parallel}
 
-	m, err := create(true)
+	m, err := b.create(true)
 	if err != nil {
 		return nil, err
 	}
-	snap := filepath.Join(dir, "hash.snap")
-	var snapT []time.Duration
-	for r := 0; r < runs; r++ {
+	snapT, err := b.timeSnapshot(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	dumpT, err := b.timeBpftoolDump(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	replT, err := b.timeReplaceFull(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.Close()
+	restT, err := b.timeMergeFresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	res.SnapshotBestS, res.SnapshotMedianS = best(snapT), median(snapT)
+	res.RestoreBestS, res.RestoreMedianS = best(restT), median(restT)
+	res.ReplaceFullBestS = best(replT)
+	res.BpftoolDumpBestS = best(dumpT)
+	res.SnapshotSpeedup = res.BpftoolDumpBestS / res.SnapshotBestS
+	res.RestoreSpeedupVsB = res.BpftoolDumpBestS / res.RestoreBestS
+	return res, nil
+}
+
+// bench is one run's map, entries, store and snapshot file.
+type bench struct {
+	n, runs            int
+	pin, bpftool, snap string
+	keys               []uint64
+	vals               [][2]uint64
+	store              *bpfmap.KernelStore
+	spec               bpfmap.Spec // merge
+}
+
+// create (re)creates the hash map at the pin, filled with every entry when fill is set.
+func (b *bench) create(fill bool) (*ebpf.Map, error) {
+	os.Remove(b.pin)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "fluxvm_bench", Type: ebpf.Hash, KeySize: keySize,
+		ValueSize: valueSize, MaxEntries: uint32(b.n)})
+	if err != nil {
+		return nil, fmt.Errorf("create map: %w", err)
+	}
+	if err := m.Pin(b.pin); err != nil {
+		m.Close()
+		return nil, err
+	}
+	if fill {
+		if c, err := m.BatchUpdate(b.keys, b.vals, nil); err != nil || c != b.n {
+			m.Close()
+			return nil, fmt.Errorf("fill: %d of %d: %w", c, b.n, err)
+		}
+	}
+	return m, nil
+}
+
+// timeSnapshot snapshots the full map runs times, recording the file's size in res.
+func (b *bench) timeSnapshot(ctx context.Context, res *result) ([]time.Duration, error) {
+	var ts []time.Duration
+	for r := 0; r < b.runs; r++ {
 		t0 := time.Now()
-		si, err := store.Snapshot(ctx, spec, snap, nil)
+		si, err := b.store.Snapshot(ctx, b.spec, b.snap, nil)
 		if err != nil {
 			return nil, err
 		}
-		snapT = append(snapT, time.Since(t0))
-		if si.Entries != int64(n) {
-			return nil, fmt.Errorf("snapshot holds %d entries, want %d", si.Entries, n)
+		ts = append(ts, time.Since(t0))
+		if si.Entries != int64(b.n) {
+			return nil, fmt.Errorf("snapshot holds %d entries, want %d", si.Entries, b.n)
 		}
 	}
-	if fi, err := os.Stat(snap); err == nil {
+	if fi, err := os.Stat(b.snap); err == nil {
 		res.SnapshotBytes = fi.Size()
 	}
+	return ts, nil
+}
 
-	// bpftool on the same, full map.
-	var dumpT []time.Duration
-	for r := 0; r < runs; r++ {
-		cmd := exec.CommandContext(ctx, bpftool, "-j", "map", "dump", "pinned", pin)
+// timeBpftoolDump runs `bpftool -j map dump` on the same, full map runs times, recording the
+// output's size in res.
+func (b *bench) timeBpftoolDump(ctx context.Context, res *result) ([]time.Duration, error) {
+	var ts []time.Duration
+	for r := 0; r < b.runs; r++ {
+		cmd := exec.CommandContext(ctx, b.bpftool, "-j", "map", "dump", "pinned", b.pin)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			return nil, err
@@ -175,56 +217,55 @@ func run(ctx context.Context, n, runs int, root, dir, bpftool string, parallel i
 		if err := cmd.Wait(); err != nil {
 			return nil, fmt.Errorf("bpftool map dump: %w", err)
 		}
-		dumpT = append(dumpT, time.Since(t0))
+		ts = append(ts, time.Since(t0))
 		res.BpftoolDumpBytes = nb
 	}
+	return ts, nil
+}
 
-	// replace into the map that still holds all n keys (worst case for replace: every current
-	// key is looked up in the snapshot's key set).
-	var replT []time.Duration
-	repl := spec
+// timeReplaceFull restores with replace into the map that still holds all n keys (worst case
+// for replace: every current key is looked up in the snapshot's key set).
+func (b *bench) timeReplaceFull(ctx context.Context) ([]time.Duration, error) {
+	var ts []time.Duration
+	repl := b.spec
 	repl.Policy = bpfmap.Replace
-	for r := 0; r < runs; r++ {
+	for r := 0; r < b.runs; r++ {
 		t0 := time.Now()
-		rep, err := store.Restore(ctx, repl, snap, nil)
+		rep, err := b.store.Restore(ctx, repl, b.snap, nil)
 		if err != nil {
 			return nil, err
 		}
-		replT = append(replT, time.Since(t0))
-		if rep.Written != int64(n) || rep.Deleted != 0 {
-			return nil, fmt.Errorf("replace wrote %d deleted %d, want %d and 0", rep.Written, rep.Deleted, n)
+		ts = append(ts, time.Since(t0))
+		if rep.Written != int64(b.n) || rep.Deleted != 0 {
+			return nil, fmt.Errorf("replace wrote %d deleted %d, want %d and 0", rep.Written, rep.Deleted, b.n)
 		}
 	}
-	m.Close()
+	return ts, nil
+}
 
-	// merge into a freshly recreated, empty map: what an upgrade does after apply.
-	var restT []time.Duration
-	for r := 0; r < runs; r++ {
-		m, err := create(false)
+// timeMergeFresh restores with merge into a freshly recreated, empty map (what an upgrade
+// does after apply), checking every entry each time.
+func (b *bench) timeMergeFresh(ctx context.Context) ([]time.Duration, error) {
+	var ts []time.Duration
+	for r := 0; r < b.runs; r++ {
+		m, err := b.create(false)
 		if err != nil {
 			return nil, err
 		}
 		t0 := time.Now()
-		rep, err := store.Restore(ctx, spec, snap, nil)
+		rep, err := b.store.Restore(ctx, b.spec, b.snap, nil)
 		if err != nil {
 			m.Close()
 			return nil, err
 		}
-		restT = append(restT, time.Since(t0))
-		err = verify(m, keys, vals, rep.Written)
+		ts = append(ts, time.Since(t0))
+		err = verify(m, b.keys, b.vals, rep.Written)
 		m.Close()
 		if err != nil {
 			return nil, err
 		}
 	}
-
-	res.SnapshotBestS, res.SnapshotMedianS = best(snapT), median(snapT)
-	res.RestoreBestS, res.RestoreMedianS = best(restT), median(restT)
-	res.ReplaceFullBestS = best(replT)
-	res.BpftoolDumpBestS = best(dumpT)
-	res.SnapshotSpeedup = res.BpftoolDumpBestS / res.SnapshotBestS
-	res.RestoreSpeedupVsB = res.BpftoolDumpBestS / res.RestoreBestS
-	return res, nil
+	return ts, nil
 }
 
 // verify checks the restored map holds every entry (a sample of values, all keys by count).
