@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -18,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/drivers/netns"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -61,7 +61,10 @@ func run(n, par int, stateDir string) (err error) {
 
 	defer func() {
 		if err != nil {
-			scrub(ctx, d, topo)
+			// remove what the failed run left, through the driver's ownership-checked calls
+			if serr := d.Scrub(ctx, topo); serr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up topology %s: %w", topo, serr))
+			}
 		}
 	}()
 	start := time.Now()
@@ -141,26 +144,4 @@ func each(n, par int, fn func(i int) error) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
-}
-
-// scrub removes what a failed run left, through the driver's ownership-checked calls.
-func scrub(ctx context.Context, d *netns.Driver, topo string) {
-	objs, _ := d.Residue(ctx, topo)
-	for _, o := range objs {
-		if o.Kind == "netns" {
-			h, err := d.HandleFor(o.ExternalID)
-			if err == nil {
-				_ = d.DeleteNode(ctx, h, o.Owner)
-			}
-		}
-	}
-	objs, _ = d.Residue(ctx, topo)
-	for _, o := range objs {
-		switch o.Kind {
-		case "bridge":
-			_ = linuxnet.DeleteBridge(ctx, o.ExternalID, o.Owner)
-		case "veth":
-			_ = linuxnet.DeleteVeth(ctx, o.ExternalID, o.Owner)
-		}
-	}
 }
