@@ -25,7 +25,6 @@ var LongFuncAllowed = map[string]string{
 	"internal/executor/recover.go: Executor.recoverLocked": "being split on branch perf (#10)",
 	"internal/executor/reset.go: run.resetSteps":           "being split on branch perf (#10)",
 	"internal/states/decode_fast.go: fastResourceShared":   "being split on branch perf (#10)",
-	"internal/backend/backendtest/child.go: child":         "being split on branch funclen (#10)",
 }
 
 // LongFunc is one function declaration longer than a limit.

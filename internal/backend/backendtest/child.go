@@ -104,71 +104,87 @@ func child(role string, open Opener) int {
 	ctx := context.Background()
 	switch role {
 	case "hold":
-		l := b.(backend.Locker)
-		id, err := l.Lock(ctx, backend.NewLockInfo("child-hold"))
-		if err != nil {
-			fmt.Println("ERR lock:", err)
-			return 1
-		}
-		fmt.Println("LOCKED " + id)
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() && sc.Text() != "release" {
-		}
-		if err := l.Unlock(ctx, id); err != nil {
-			fmt.Println("ERR unlock:", err)
-			return 1
-		}
-		fmt.Println("UNLOCKED")
-		return 0
+		return childHold(ctx, b)
 	case "cas":
-		name, n, _ := strings.Cut(os.Getenv(envArg), ":")
-		count, _ := strconv.Atoi(n)
-		w := b.(backend.Writer)
-		conflicts := 0
-		fmt.Println("READY")
-		bufio.NewScanner(os.Stdin).Scan()
-		for i := 0; i < count; i++ {
-			for {
-				st, err := b.Read(ctx)
-				if err != nil || st == nil {
-					fmt.Println("ERR read:", err)
-					return 1
-				}
-				st.Set(Resource(st.Lineage, fmt.Sprintf("sysbox_node.%s[%d]", name, i)))
-				prev := st.Serial
-				st.Serial++
-				err = w.Save(ctx, st, prev)
-				if errors.Is(err, backend.ErrConflict) {
-					conflicts++
-					continue
-				}
-				if err != nil {
-					fmt.Println("ERR save:", err)
-					return 1
-				}
-				break
-			}
-		}
-		fmt.Printf("DONE conflicts=%d\n", conflicts)
-		return 0
+		return childCAS(ctx, b)
 	case "save-loop":
-		w := b.(backend.Writer)
+		return childSaveLoop(ctx, b)
+	}
+	fmt.Println("ERR unknown role", role)
+	return 2
+}
+
+// childHold takes the lock, says LOCKED and holds it until stdin says "release" (or ends).
+func childHold(ctx context.Context, b backend.Backend) int {
+	l := b.(backend.Locker)
+	id, err := l.Lock(ctx, backend.NewLockInfo("child-hold"))
+	if err != nil {
+		fmt.Println("ERR lock:", err)
+		return 1
+	}
+	fmt.Println("LOCKED " + id)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() && sc.Text() != "release" {
+	}
+	if err := l.Unlock(ctx, id); err != nil {
+		fmt.Println("ERR unlock:", err)
+		return 1
+	}
+	fmt.Println("UNLOCKED")
+	return 0
+}
+
+// childCAS, once stdin gives a line, adds the resources NAME[0..COUNT) (envArg "NAME:COUNT")
+// by read-modify-save, retrying each on a conflict, and reports how many conflicts it met.
+func childCAS(ctx context.Context, b backend.Backend) int {
+	name, n, _ := strings.Cut(os.Getenv(envArg), ":")
+	count, _ := strconv.Atoi(n)
+	w := b.(backend.Writer)
+	conflicts := 0
+	fmt.Println("READY")
+	bufio.NewScanner(os.Stdin).Scan()
+	for i := 0; i < count; i++ {
 		for {
 			st, err := b.Read(ctx)
 			if err != nil || st == nil {
 				fmt.Println("ERR read:", err)
 				return 1
 			}
-			st.Resources[st.Serial%uint64(len(st.Resources))].UpdatedAt = time.Now().UTC()
+			st.Set(Resource(st.Lineage, fmt.Sprintf("sysbox_node.%s[%d]", name, i)))
 			prev := st.Serial
 			st.Serial++
-			if err := w.Save(ctx, st, prev); err != nil {
+			err = w.Save(ctx, st, prev)
+			if errors.Is(err, backend.ErrConflict) {
+				conflicts++
+				continue
+			}
+			if err != nil {
 				fmt.Println("ERR save:", err)
 				return 1
 			}
-			fmt.Printf("SAVED %d\n", st.Serial)
+			break
 		}
 	}
-	fmt.Println("ERR unknown role", role)
-	return 2
+	fmt.Printf("DONE conflicts=%d\n", conflicts)
+	return 0
+}
+
+// childSaveLoop saves a changed state over and over until killed, saying SAVED after each.
+func childSaveLoop(ctx context.Context, b backend.Backend) int {
+	w := b.(backend.Writer)
+	for {
+		st, err := b.Read(ctx)
+		if err != nil || st == nil {
+			fmt.Println("ERR read:", err)
+			return 1
+		}
+		st.Resources[st.Serial%uint64(len(st.Resources))].UpdatedAt = time.Now().UTC()
+		prev := st.Serial
+		st.Serial++
+		if err := w.Save(ctx, st, prev); err != nil {
+			fmt.Println("ERR save:", err)
+			return 1
+		}
+		fmt.Printf("SAVED %d\n", st.Serial)
+	}
 }
