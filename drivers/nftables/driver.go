@@ -303,14 +303,9 @@ func decodePrivate(env substrate.Envelope) (private, error) {
 
 // devices maps each attachment's logical name to the interface inside ns carrying its MAC.
 func devices(ns linuxnet.Netns, atts []substrate.AttachmentState) (map[string]string, error) {
-	nh, err := ns.Netlink()
+	links, err := ns.Links()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
-	}
-	defer nh.Close()
-	links, err := linuxnet.LinkList(nh)
-	if err != nil {
-		return nil, fmt.Errorf("netns %s: list links: %w: %w", ns, driver.ErrUnavailable, err)
 	}
 	devs := map[string]string{}
 	for _, a := range atts {
