@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -391,13 +392,16 @@ func TestCrashAtEveryStep(t *testing.T) {
 	// Every crash point always runs. Every point × every recovery (3×) runs in CI
 	// (SYSBOX_TEST_REQUIRE_ALL=1) or with FLUXVM_UPGRADE_CRASH_FULL=1, unless -short.
 	full := (testenv.RequireAll() || os.Getenv("FLUXVM_UPGRADE_CRASH_FULL") == "1") && !testing.Short()
-	planned, kills := 0, 0
-	defer func() {
+	// The crash runs are independent worlds (own directories, own fake map store), so they run in
+	// parallel; the count is checked once every subtest has finished.
+	var planned int
+	var kills atomic.Int64
+	t.Cleanup(func() {
 		// Every enumerated crash point must have killed the binary once per recovery tried.
-		if planned == 0 || kills != planned {
-			t.Errorf("crash harness: %d kills for %d planned crash runs", kills, planned)
+		if planned == 0 || kills.Load() != int64(planned) {
+			t.Errorf("crash harness: %d kills for %d planned crash runs", kills.Load(), planned)
 		}
-	}()
+	})
 	for _, sc := range scenarios {
 		points := crashPoints(t, sc.failHealth)
 		t.Logf("%s plan: %d crash points", sc.name, len(points))
@@ -408,12 +412,13 @@ func TestCrashAtEveryStep(t *testing.T) {
 				}
 				planned++
 				t.Run(sc.name+"/"+pt+"/"+rec, func(t *testing.T) {
+					t.Parallel()
 					w := newWorld(t, sc.failHealth)
 					r := w.run(pt, "run", w.plan)
 					if !r.signaled {
 						t.Fatalf("run with failpoint %s: not killed (exit %d): %s", pt, r.code, r.stderr)
 					}
-					kills++
+					kills.Add(1)
 					committedBeforeCrash := false
 					if evs, err := upgrade.ReadJournal(w.txDir()); err != nil {
 						t.Fatalf("journal after SIGKILL: %v", err)
