@@ -9,7 +9,9 @@ import (
 )
 
 // Transport carries one request to the agent and returns its reply (one JSON object, no
-// sentinel, no newline). libvirt's agent command API and Stream are transports.
+// sentinel, no newline). Stream is one; libvirt's agent command API (virDomainQemuAgentCommand,
+// which syncs with guest-sync itself before each command) is the other, adapted in the libvirt
+// driver so that this package links no libvirt client.
 type Transport interface {
 	Command(ctx context.Context, request []byte) (reply []byte, err error)
 }
@@ -108,6 +110,7 @@ func (c *Client) Status(ctx context.Context, pid int64) (ExecStatus, error) {
 
 // Exec starts args and polls its status until it exits or ctx ends. The returned status has
 // Exited set; a non-zero exit is not an error here (the caller judges it, see ExecStatus.Err).
+// When ctx ends first the guest process keeps running: the protocol subset has no kill.
 func (c *Client) Exec(ctx context.Context, args ExecArgs) (ExecStatus, error) {
 	pid, err := c.Start(ctx, args)
 	if err != nil {

@@ -547,3 +547,25 @@ func TestParseResponseKeepsID(t *testing.T) {
 		t.Fatalf("got %+v, %v; want id \"x1\"", r, err)
 	}
 }
+
+// TestQemuGaReplies decodes replies in the form qemu-ga itself sends, fields this package does
+// not model included (they must not be refused: real images run qemu-ga).
+func TestQemuGaReplies(t *testing.T) {
+	ifs, err := NewClient(replyTransport(`{"return": [{"name": "lo", "ip-addresses": [{"ip-address-type": "ipv4", "ip-address": "127.0.0.1", "prefix": 8}, {"ip-address-type": "ipv6", "ip-address": "::1", "prefix": 128}], "statistics": {"tx-packets": 0, "rx-bytes": 0}, "hardware-address": "00:00:00:00:00:00"}, {"name": "eth0", "hardware-address": "52:54:00:12:34:56"}]}`)).Interfaces(context.Background())
+	if err != nil || len(ifs) != 2 || ifs[0].IPAddresses[1].Address != "::1" || ifs[1].HardwareAddress != "52:54:00:12:34:56" {
+		t.Fatalf("interfaces: got %+v, %v", ifs, err)
+	}
+	st, err := NewClient(replyTransport(`{"return": {"exitcode": 0, "out-data": "aGkK", "exited": true}}`)).Status(context.Background(), 5)
+	if err != nil || string(st.OutData) != "hi\n" || *st.ExitCode != 0 {
+		t.Fatalf("exec status: got %+v, %v", st, err)
+	}
+	info, err := NewClient(replyTransport(`{"return": {"version": "7.2.0", "supported_commands": [{"enabled": true, "name": "guest-ping", "success-response": true}]}}`)).Info(context.Background())
+	if err != nil || info.Version != "7.2.0" || info.SupportedCommands[0].Name != "guest-ping" {
+		t.Fatalf("info: got %+v, %v", info, err)
+	}
+	err = NewClient(replyTransport(`{"error": {"class": "GenericError", "desc": "Guest agent command failed, error was 'Failed to execute child process'"}}`)).Ping(context.Background())
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Class != ClassGeneric || !strings.Contains(err.Error(), "guest-ping") {
+		t.Fatalf("error reply: got %v", err)
+	}
+}
