@@ -64,6 +64,19 @@ func (c *Client) Call(ctx context.Context, execute string, args, out any) error 
 	return nil
 }
 
+// Sync runs guest-sync with id and checks the agent echoes it: a transport that does not
+// resynchronise by itself calls it first (Stream and libvirt's agent API do).
+func (c *Client) Sync(ctx context.Context, id int64) error {
+	var got int64
+	if err := c.Call(ctx, CmdSync, SyncArgs{ID: id}, &got); err != nil {
+		return err
+	}
+	if got != id {
+		return fmt.Errorf("guest agent %s: %w: got id %d, want %d (a stale reply)", CmdSync, ErrMalformed, got, id)
+	}
+	return nil
+}
+
 // Ping runs guest-ping: the agent is up and answering.
 func (c *Client) Ping(ctx context.Context) error {
 	var out map[string]any

@@ -45,6 +45,12 @@ func TestClientAgainstServer(t *testing.T) {
 	if err := c.Ping(ctx); err != nil {
 		t.Fatalf("ping: %v", err)
 	}
+	if err := c.Sync(ctx, 1<<40+3); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if err := NewClient(replyTransport(`{"return":41}`)).Sync(ctx, 42); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("sync answered with another id: got %v, want ErrMalformed", err)
+	}
 	info, err := c.Info(ctx)
 	if err != nil {
 		t.Fatalf("info: %v", err)
