@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -135,15 +136,18 @@ func deref(p *int) string {
 }
 
 func TestExecHonoursContext(t *testing.T) {
-	c := NewClient(pipeAgent(t, &Server{}))
+	srv := &Server{}
+	c := NewClient(pipeAgent(t, srv))
+	t.Cleanup(func() { // the guest process outlives the cancelled Exec: end it here
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		for pid := range srv.procs {
+			_ = syscall.Kill(int(pid), syscall.SIGKILL)
+		}
+	})
 	ctx, cancel := context.WithCancel(testCtx(t))
-	pid, err := c.Start(ctx, ExecArgs{Path: "sleep", Arg: []string{"30"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = c.Run(context.Background(), "kill", fmt.Sprint(pid)) })
-	go cancel()
-	_, err = c.Exec(ctx, ExecArgs{Path: "sleep", Arg: []string{"30"}})
+	time.AfterFunc(100*time.Millisecond, cancel) // while Exec polls
+	_, err := c.Exec(ctx, ExecArgs{Path: "sleep", Arg: []string{"30"}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
