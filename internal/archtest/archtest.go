@@ -52,6 +52,8 @@ const (
 	planning = `internal/(addrs|config|graph|handlers|plans|states|secrets)`
 	backends = `internal/backend`
 	fluxvm   = `fluxvm`
+	// guestagent is a foundation of the VM drivers and the one module package the guest binary links.
+	guestagent = `internal/guestagent`
 	// wiring may hold concrete drivers: the CLI, commands, agents, benchmarks, examples, tests.
 	wiring = `internal/cli|internal/agent|cmd|bench|examples|test`
 )
@@ -62,10 +64,10 @@ var Rules = []Rule{
 		From: under(substrate), Forbid: anyPkg, Allow: under(substrate)},
 	{Name: "internal/driver (interfaces, registry) depends only on pkg/",
 		From: regexp.MustCompile(`^internal/driver$`), Forbid: anyPkg, Allow: under(substrate)},
-	{Name: "a driver depends only on internal/driver, pkg/ and foundations (durable, argv, feature), and on drivers/linuxnet; never on the runtime or another driver",
+	{Name: "a driver depends only on internal/driver, pkg/ and foundations (durable, argv, feature, guestagent), and on drivers/linuxnet; never on the runtime or another driver",
 		From:   under(drivers),
 		Forbid: anyPkg,
-		Allow:  under(substrate, `internal/driver`, `internal/durable`, `internal/argv`, `internal/feature`, `drivers/linuxnet`)},
+		Allow:  under(substrate, `internal/driver`, `internal/durable`, `internal/argv`, `internal/feature`, guestagent, `drivers/linuxnet`)},
 	{Name: "the executor reaches drivers only through the registry and resource types only through its Resources interface: no concrete driver, no fake, no CLI, no handlers, no config",
 		From: under(executor), Forbid: under(drivers, fake, cli, `cmd`, `internal/handlers`, `internal/config`)},
 	{Name: "planning (addrs, config, graph, handlers, plans, states, secrets) imports no driver, executor, backend or CLI",
@@ -78,6 +80,10 @@ var Rules = []Rule{
 		From: anyPkg, Forbid: under(fake)},
 	{Name: "fluxvm-upgrade shares only foundations (durable, argv, feature, testenv) with sysbox",
 		From: under(fluxvm), Forbid: regexp.MustCompile(`^(internal|drivers|pkg)/`), Allow: under(`internal/durable`, `internal/argv`, `internal/feature`, `internal/testenv`)},
+	{Name: "internal/guestagent (the guest agent protocol, linked into guest images) imports nothing else of the module",
+		From: under(guestagent), Forbid: anyPkg},
+	{Name: "cmd/sysbox-guest (runs inside guests) links only internal/guestagent of the module, never the sysbox runtime",
+		From: under(`cmd/sysbox-guest`), Forbid: anyPkg, Allow: under(guestagent)},
 	{Name: "nothing but cmd/ imports the CLI",
 		From: anyPkg, Except: under(`cmd`, cli), Forbid: under(cli)},
 }

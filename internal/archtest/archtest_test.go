@@ -51,6 +51,9 @@ func TestRulesCatchBadImports(t *testing.T) {
 		{"internal/api", "drivers/docker"},
 		{"internal/handlers", "internal/driver/fake"},
 		{"fluxvm/upgrade", "internal/states"},
+		{"internal/guestagent", "internal/durable"},
+		{"cmd/sysbox-guest", "internal/driver"},
+		{"cmd/sysbox-guest", "internal/cli/sysbox"},
 	} {
 		got := Violations([]Package{{Path: tc.from, Imports: []string{tc.imp}}}, Rules)
 		if len(got) == 0 {
@@ -65,6 +68,8 @@ func TestRulesCatchBadImports(t *testing.T) {
 		{"cmd/sysbox", "internal/cli/sysbox"},
 		{"internal/handlers", "pkg/substrate"},
 		{"fluxvm/upgrade", "internal/durable"},
+		{"drivers/libvirt", "internal/guestagent"},
+		{"cmd/sysbox-guest", "internal/guestagent"},
 	} {
 		if got := Violations([]Package{{Path: tc.from, Imports: []string{tc.imp}}}, Rules); len(got) != 0 {
 			t.Errorf("%s importing %s: %s, want allowed", tc.from, tc.imp, strings.Join(got, "; "))
