@@ -148,6 +148,22 @@ type Topology struct {
 	Variables  []*VariableValue    // root variables, sorted by name
 	SecretRefs []secrets.Ref       // every env() reference evaluated, sorted
 	EnvRead    map[string]string   // env_optional reads (name → value; "\x00unset" when unset)
+
+	// deps and order are the dependency graph of Resources and its topological order, when
+	// evaluation built them to look for cycles (DependencyGraph).
+	deps  *graph.Graph
+	order []addrs.Instance
+}
+
+// DependencyGraph returns the graph of Resources and their DependsOn, and its topological
+// order, that evaluation built to look for cycles (only when some resource has depends_on), so
+// that the planner need not build them again. ok is false when none was built or Resources
+// changed since.
+func (t *Topology) DependencyGraph() (g *graph.Graph, order []addrs.Instance, ok bool) {
+	if t.deps == nil || t.deps.Len() != len(t.Resources) || len(t.order) != len(t.Resources) {
+		return nil, nil, false
+	}
+	return t.deps, t.order, true
 }
 
 // Options are the inputs of Evaluate.
@@ -183,7 +199,7 @@ func Evaluate(root *Module, src *Sources, opts Options) (*Topology, hcl.Diagnost
 		}
 	}
 	e.link()
-	e.checkCycles()
+	t.deps, t.order = e.checkCycles()
 	t.Resources = e.instances
 	sort.Slice(t.Resources, func(i, j int) bool { return t.Resources[i].Addr.Less(t.Resources[j].Addr) })
 	for _, n := range root.outputOrder {
@@ -634,19 +650,22 @@ func precomputeRefs(root *Module) {
 // a reference cycle, already reported, but depends_on can), naming its addresses, at the
 // declaration of its first member. Without depends_on and without errors so far there is no
 // cycle to find (a reference cycle is an error), and the graph is not built.
-func (e *evaluator) checkCycles() {
+func (e *evaluator) checkCycles() (*graph.Graph, []addrs.Instance) {
 	if !e.diags.HasErrors() && !slices.ContainsFunc(e.instances, func(ri *ResourceInstance) bool { return len(ri.explict) > 0 }) {
-		return
+		return nil, nil
 	}
 	g := graph.New()
-	byKey := make(map[string]*ResourceInstance, len(e.instances))
 	for _, ri := range e.instances {
-		byKey[ri.Addr.UniqueKey()] = ri
 		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (link)
 	}
+	order, err := g.TopoOrder()
 	var ce *graph.CycleError
-	if err := g.Validate(); errors.As(err, &ce) && len(ce.Cycle) > 0 {
-		ri := byKey[ce.Cycle[0].UniqueKey()]
-		e.errf(ri.DeclRange.Ptr(), "Dependency cycle", "%s (through references and depends_on)", strings.TrimPrefix(ce.Error(), "dependency cycle: "))
+	if errors.As(err, &ce) && len(ce.Cycle) > 0 {
+		i := slices.IndexFunc(e.instances, func(ri *ResourceInstance) bool { return ri.Addr.Equal(ce.Cycle[0]) })
+		e.errf(e.instances[i].DeclRange.Ptr(), "Dependency cycle", "%s (through references and depends_on)", strings.TrimPrefix(ce.Error(), "dependency cycle: "))
 	}
+	if err != nil || e.diags.HasErrors() {
+		return nil, nil
+	}
+	return g, order
 }
