@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A no-change plan of the 1,000-node lab with its state (issue 16: < 0.3 s): the lab of
-# bench/netns/cli.sh (N netns nodes, PER per network, count-expanded), applied once by a test
-# build of sysbox against the in-memory fake driver standing in for netns (no root, no kernel
+# bench/netns/cli.sh (bench/netns/lab.sh: N netns nodes, PER per network, count-expanded),
+# applied once by a test build of sysbox against the in-memory fake driver standing in for netns (no root, no kernel
 # objects; this setup is slow, minutes at 1,000, because the fake persists its whole world per
 # change), then `sysbox plan` of a normal build, RUNS runs: median wall, CPU (user+system) and
 # peak RSS, and the plan's summary line (it must say 0 to create/update/replace/delete).
@@ -18,27 +18,7 @@ work=${KEEP:-$(mktemp -d)}
 mkdir -p "$work"
 (cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox && go build -tags sysboxtest -o "$work/sysbox-fake" ./cmd/sysbox)
 if [ ! -d "$work/lab" ]; then
-  mkdir -p "$work/lab"
-  nets=$(( (n + per - 1) / per ))
-  cat >"$work/lab/main.sysbox.hcl" <<HCL
-substrate "local" {
-  driver "netns" {}
-  backend "local" { path = ".sysbox/state" }
-}
-resource "sysbox_network" "lan" {
-  count     = $nets
-  ipv4_cidr = cidrsubnet("198.18.0.0/15", 9, count.index)
-}
-resource "sysbox_node" "n" {
-  count   = $n
-  driver  = "netns"
-  command = ["sleep", "infinity"]
-  attachment "lan" {
-    network = sysbox_network.lan[floor(count.index / $per)]
-    ipv4    = ["\${cidrhost(cidrsubnet("198.18.0.0/15", 9, floor(count.index / $per)), 2 + count.index % $per)}/24"]
-  }
-}
-HCL
+  "$here/../netns/lab.sh" "$work/lab" "$n" "$per"
   (cd "$work/lab" && SYSBOX_TEST_FAKE_WORLD="$work/world.json" "$work/sysbox-fake" apply -auto-approve >/dev/null)
 fi
 summary=$(cd "$work/lab" && "$work/sysbox" plan | grep '^Plan:')
