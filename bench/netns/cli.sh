@@ -19,27 +19,7 @@ command -v bc >/dev/null || { apt-get update -qq && apt-get install -y -qq bc >/
 work=$(mktemp -d)
 trap 'cd "$work/lab" && "$work/sysbox" destroy -auto-approve >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 if [ -n "${SYSBOX_BIN:-}" ]; then cp "$SYSBOX_BIN" "$work/sysbox"; else (cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox); fi
-mkdir -p "$work/lab"
-nets=$(( (n + per - 1) / per ))
-cat >"$work/lab/main.sysbox.hcl" <<HCL
-substrate "local" {
-  driver "netns" {}
-  backend "local" { path = ".sysbox/state" }
-}
-resource "sysbox_network" "lan" {
-  count     = $nets
-  ipv4_cidr = cidrsubnet("198.18.0.0/15", 9, count.index)
-}
-resource "sysbox_node" "n" {
-  count   = $n
-  driver  = "netns"
-  command = ["sleep", "infinity"]
-  attachment "lan" {
-    network = sysbox_network.lan[floor(count.index / $per)]
-    ipv4    = ["\${cidrhost(cidrsubnet("198.18.0.0/15", 9, floor(count.index / $per)), 2 + count.index % $per)}/24"]
-  }
-}
-HCL
+"$here/lab.sh" "$work/lab" "$n" "$per"
 get() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # timed CMD...: runs CMD under GNU time; prints "wall cpu rss_mb".

@@ -401,3 +401,43 @@ resource "sysbox_network" "x" { ipv4_cidr = var.cidr }`,
 		t.Error("plan mode without values: got no error")
 	}
 }
+
+// The dependency graph evaluation builds for its cycle check (depends_on present) is offered to
+// the planner with its order, and withdrawn once Resources no longer match it.
+func TestDependencyGraphOfferedOnlyWhileResourcesMatch(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": `
+resource "sysbox_network" "lan" { ipv4_cidr = "198.18.0.0/24" }
+resource "sysbox_node" "b" {
+  depends_on = [sysbox_node.a]
+  attachment "lan" { network = sysbox_network.lan }
+}
+resource "sysbox_node" "a" {}
+`})
+	top, diags := eval(t, dir, config.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	g, order, ok := top.DependencyGraph()
+	if !ok {
+		t.Fatal("no dependency graph offered for a configuration with depends_on")
+	}
+	if got, want := fmt.Sprint(order), "[sysbox_network.lan sysbox_node.a sysbox_node.b]"; got != want {
+		t.Errorf("order: got %s, want %s", got, want)
+	}
+	if got := fmt.Sprint(g.DependenciesOf(top.Resources[2].Addr)); got != "[sysbox_network.lan sysbox_node.a]" {
+		t.Errorf("dependencies of %s: got %s", top.Resources[2].Addr, got)
+	}
+	top.Resources = top.Resources[:2]
+	if _, _, ok := top.DependencyGraph(); ok {
+		t.Error("dependency graph still offered after Resources changed")
+	}
+
+	plain := write(t, map[string]string{"main.sysbox.hcl": `resource "sysbox_node" "a" {}`})
+	top, diags = eval(t, plain, config.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if _, _, ok := top.DependencyGraph(); ok {
+		t.Error("dependency graph offered without depends_on (none is built)")
+	}
+}

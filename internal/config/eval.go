@@ -148,6 +148,22 @@ type Topology struct {
 	Variables  []*VariableValue    // root variables, sorted by name
 	SecretRefs []secrets.Ref       // every env() reference evaluated, sorted
 	EnvRead    map[string]string   // env_optional reads (name → value; "\x00unset" when unset)
+
+	// deps and order are the dependency graph of Resources and its topological order, when
+	// evaluation built them to look for cycles (DependencyGraph).
+	deps  *graph.Graph
+	order []addrs.Instance
+}
+
+// DependencyGraph returns the graph of Resources and their DependsOn, and its topological
+// order, that evaluation built to look for cycles (only when some resource has depends_on), so
+// that the planner need not build them again. ok is false when none was built or Resources
+// changed since.
+func (t *Topology) DependencyGraph() (g *graph.Graph, order []addrs.Instance, ok bool) {
+	if t.deps == nil || t.deps.Len() != len(t.Resources) || len(t.order) != len(t.Resources) {
+		return nil, nil, false
+	}
+	return t.deps, t.order, true
 }
 
 // Options are the inputs of Evaluate.
@@ -183,7 +199,7 @@ func Evaluate(root *Module, src *Sources, opts Options) (*Topology, hcl.Diagnost
 		}
 	}
 	e.link()
-	e.checkCycles()
+	t.deps, t.order = e.checkCycles()
 	t.Resources = e.instances
 	sort.Slice(t.Resources, func(i, j int) bool { return t.Resources[i].Addr.Less(t.Resources[j].Addr) })
 	for _, n := range root.outputOrder {
@@ -416,52 +432,15 @@ func (e *evaluator) variable(mi *modInst, name string) *valSlot {
 	defer e.leave(&s.st)
 	var val cty.Value
 	var rng *hcl.Range
-	source := ""
+	var source string
+	var final bool
 	if mi.parent == nil {
-		in, ok := e.opts.Inputs[name]
-		switch {
-		case ok:
-			rng, source = in.Range, in.Source
-			if in.IsRaw {
-				var d hcl.Diagnostics
-				val, d = rawInput(v, in)
-				if d.HasErrors() {
-					e.diags = append(e.diags, d...)
-					s.val, s.failed = cty.DynamicVal, true
-					return s
-				}
-			} else {
-				val = in.Value
-			}
-		case v.Default != cty.NilVal:
-			val = v.Default
-		case e.opts.ValidateOnly:
-			e.diags = append(e.diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Variable without a value",
-				Detail: fmt.Sprintf("variable %q has no value: what depends on it is not checked (set it with -var %s=VALUE to check everything)", name, name), Subject: v.DeclRange.Ptr()})
-			s.val = cty.UnknownVal(v.Type).Mark(unsetMark)
-			return s
-		default:
-			e.errf(v.DeclRange.Ptr(), "No value for required variable",
-				"variable %q has no default; set it with -var %s=VALUE, a -var-file, or SYSBOX_VAR_%s", name, name, name)
-			s.val, s.failed = cty.DynamicVal, true
-			return s
-		}
+		val, rng, source, final = e.rootVariableValue(name, v, s)
 	} else {
-		arg, ok := mi.call.cfg.Args[name]
-		switch {
-		case ok:
-			pv, deps, failed := e.evalExpr(mi.parent, arg.Expr, mi.rep, mi.call.kind)
-			val, s.deps, s.failed = pv, deps, failed
-			r := arg.Expr.Range()
-			rng, source = &r, "module "+mi.call.cfg.Name
-		case v.Default != cty.NilVal:
-			val = v.Default
-		default:
-			e.errf(mi.call.cfg.DeclRange.Ptr(), "Missing required argument",
-				"module %q: variable %q (declared at %s) has no default and is not set", mi.call.cfg.Name, name, v.DeclRange)
-			s.val, s.failed = cty.DynamicVal, true
-			return s
-		}
+		val, rng, source, final = e.moduleVariableValue(mi, name, v, s)
+	}
+	if final {
+		return s
 	}
 	if s.failed {
 		s.val = cty.DynamicVal
@@ -477,6 +456,63 @@ func (e *evaluator) variable(mi *modInst, name string) *valSlot {
 		cv = cv.Mark(Sensitive)
 	}
 	s.val = cv
+	e.checkValidations(mi, name, v, cv, rng, source, s)
+	return s
+}
+
+// rootVariableValue is a root module variable's raw value: its input, else its default. final
+// means s is settled (failed, or unknown under validate) and the value is not to be converted.
+func (e *evaluator) rootVariableValue(name string, v *Variable, s *valSlot) (val cty.Value, rng *hcl.Range, source string, final bool) {
+	in, ok := e.opts.Inputs[name]
+	switch {
+	case ok:
+		rng, source = in.Range, in.Source
+		if !in.IsRaw {
+			return in.Value, rng, source, false
+		}
+		val, d := rawInput(v, in)
+		if d.HasErrors() {
+			e.diags = append(e.diags, d...)
+			s.val, s.failed = cty.DynamicVal, true
+			return cty.NilVal, nil, "", true
+		}
+		return val, rng, source, false
+	case v.Default != cty.NilVal:
+		return v.Default, nil, "", false
+	case e.opts.ValidateOnly:
+		e.diags = append(e.diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Variable without a value",
+			Detail: fmt.Sprintf("variable %q has no value: what depends on it is not checked (set it with -var %s=VALUE to check everything)", name, name), Subject: v.DeclRange.Ptr()})
+		s.val = cty.UnknownVal(v.Type).Mark(unsetMark)
+		return cty.NilVal, nil, "", true
+	}
+	e.errf(v.DeclRange.Ptr(), "No value for required variable",
+		"variable %q has no default; set it with -var %s=VALUE, a -var-file, or SYSBOX_VAR_%s", name, name, name)
+	s.val, s.failed = cty.DynamicVal, true
+	return cty.NilVal, nil, "", true
+}
+
+// moduleVariableValue is a child module variable's raw value: the call's argument (evaluated in
+// the parent, its dependencies and failure recorded in s), else the default.
+func (e *evaluator) moduleVariableValue(mi *modInst, name string, v *Variable, s *valSlot) (val cty.Value, rng *hcl.Range, source string, final bool) {
+	arg, ok := mi.call.cfg.Args[name]
+	switch {
+	case ok:
+		pv, deps, failed := e.evalExpr(mi.parent, arg.Expr, mi.rep, mi.call.kind)
+		s.deps, s.failed = deps, failed
+		r := arg.Expr.Range()
+		return pv, &r, "module " + mi.call.cfg.Name, false
+	case v.Default != cty.NilVal:
+		return v.Default, nil, "", false
+	}
+	e.errf(mi.call.cfg.DeclRange.Ptr(), "Missing required argument",
+		"module %q: variable %q (declared at %s) has no default and is not set", mi.call.cfg.Name, name, v.DeclRange)
+	s.val, s.failed = cty.DynamicVal, true
+	return cty.NilVal, nil, "", true
+}
+
+// checkValidations evaluates v's validation blocks against its converted value cv, failing s
+// (with the validation's message) where a condition is false.
+func (e *evaluator) checkValidations(mi *modInst, name string, v *Variable, cv cty.Value, rng *hcl.Range, source string, s *valSlot) {
 	for _, vd := range v.Validations {
 		ctx := &hcl.EvalContext{Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{name: cv})}, Functions: mi.funcs}
 		for _, tr := range vd.Condition.Variables() {
@@ -509,7 +545,6 @@ func (e *evaluator) variable(mi *modInst, name string) *valSlot {
 			s.failed = true
 		}
 	}
-	return s
 }
 
 func orDefault(s, d string) string {
@@ -615,19 +650,22 @@ func precomputeRefs(root *Module) {
 // a reference cycle, already reported, but depends_on can), naming its addresses, at the
 // declaration of its first member. Without depends_on and without errors so far there is no
 // cycle to find (a reference cycle is an error), and the graph is not built.
-func (e *evaluator) checkCycles() {
+func (e *evaluator) checkCycles() (*graph.Graph, []addrs.Instance) {
 	if !e.diags.HasErrors() && !slices.ContainsFunc(e.instances, func(ri *ResourceInstance) bool { return len(ri.explict) > 0 }) {
-		return
+		return nil, nil
 	}
 	g := graph.New()
-	byKey := make(map[string]*ResourceInstance, len(e.instances))
 	for _, ri := range e.instances {
-		byKey[ri.Addr.UniqueKey()] = ri
 		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (link)
 	}
+	order, err := g.TopoOrder()
 	var ce *graph.CycleError
-	if err := g.Validate(); errors.As(err, &ce) && len(ce.Cycle) > 0 {
-		ri := byKey[ce.Cycle[0].UniqueKey()]
-		e.errf(ri.DeclRange.Ptr(), "Dependency cycle", "%s (through references and depends_on)", strings.TrimPrefix(ce.Error(), "dependency cycle: "))
+	if errors.As(err, &ce) && len(ce.Cycle) > 0 {
+		i := slices.IndexFunc(e.instances, func(ri *ResourceInstance) bool { return ri.Addr.Equal(ce.Cycle[0]) })
+		e.errf(e.instances[i].DeclRange.Ptr(), "Dependency cycle", "%s (through references and depends_on)", strings.TrimPrefix(ce.Error(), "dependency cycle: "))
 	}
+	if err != nil || e.diags.HasErrors() {
+		return nil, nil
+	}
+	return g, order
 }

@@ -272,85 +272,105 @@ func (l *loader) decodeFile(m *Module, body hcl.Body, root bool, stack []string)
 	for _, b := range content.Blocks {
 		switch b.Type {
 		case "substrate":
-			if !root {
-				diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Substrate in a child module",
-					Detail: "a substrate block is only allowed in the root module", Subject: b.DefRange.Ptr()})
-				continue
-			}
-			if m.Substrate != nil {
-				diags = append(diags, dup("substrate", b.Labels[0], m.Substrate.DeclRange, b.DefRange))
-				continue
-			}
-			s, d := decodeSubstrate(b)
-			diags = append(diags, d...)
-			m.Substrate = s
+			diags = append(diags, addSubstrate(m, b, root)...)
 		case "variable":
-			v, d := decodeVariable(b)
-			diags = append(diags, d...)
-			if v == nil {
-				continue
-			}
-			if prev, ok := m.Variables[v.Name]; ok {
-				diags = append(diags, dup("variable", v.Name, prev.DeclRange, v.DeclRange))
-				continue
-			}
-			m.Variables[v.Name] = v
+			diags = append(diags, addVariable(m, b)...)
 		case "locals":
-			attrs, d := b.Body.JustAttributes()
-			diags = append(diags, d...)
-			names := make([]string, 0, len(attrs))
-			for n := range attrs {
-				names = append(names, n)
-			}
-			sort.Slice(names, func(i, j int) bool { return attrs[names[i]].Range.Start.Byte < attrs[names[j]].Range.Start.Byte })
-			for _, n := range names {
-				a := attrs[n]
-				if prev, ok := m.Locals[n]; ok {
-					diags = append(diags, dup("local value", n, prev.Range, a.Range))
-					continue
-				}
-				m.Locals[n] = &Local{Name: n, Expr: a.Expr, Range: a.Range}
-				m.localOrder = append(m.localOrder, n)
-			}
+			diags = append(diags, addLocals(m, b)...)
 		case "module":
-			c, d := l.decodeCall(m, b, stack)
-			diags = append(diags, d...)
-			if c == nil {
-				continue
-			}
-			if prev, ok := m.Calls[c.Name]; ok {
-				diags = append(diags, dup("module call", c.Name, prev.DeclRange, c.DeclRange))
-				continue
-			}
-			m.Calls[c.Name] = c
-			m.callOrder = append(m.callOrder, c.Name)
+			diags = append(diags, l.addCall(m, b, stack)...)
 		case "data", "resource":
-			r, d := decodeResource(b)
-			diags = append(diags, d...)
-			if r == nil {
-				continue
-			}
-			k := r.Addr.String()
-			if prev, ok := m.Resources[k]; ok {
-				diags = append(diags, dup(b.Type, k, prev.DeclRange, r.DeclRange))
-				continue
-			}
-			m.Resources[k] = r
-			m.resourceOrder = append(m.resourceOrder, k)
+			diags = append(diags, addResource(m, b)...)
 		case "output":
-			o, d := decodeOutput(b)
-			diags = append(diags, d...)
-			if o == nil {
-				continue
-			}
-			if prev, ok := m.Outputs[o.Name]; ok {
-				diags = append(diags, dup("output", o.Name, prev.DeclRange, o.DeclRange))
-				continue
-			}
-			m.Outputs[o.Name] = o
-			m.outputOrder = append(m.outputOrder, o.Name)
+			diags = append(diags, addOutput(m, b)...)
 		}
 	}
+	return diags
+}
+
+// addSubstrate decodes a substrate block into m: one, in the root module only.
+func addSubstrate(m *Module, b *hcl.Block, root bool) hcl.Diagnostics {
+	if !root {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Substrate in a child module",
+			Detail: "a substrate block is only allowed in the root module", Subject: b.DefRange.Ptr()}}
+	}
+	if m.Substrate != nil {
+		return hcl.Diagnostics{dup("substrate", b.Labels[0], m.Substrate.DeclRange, b.DefRange)}
+	}
+	s, diags := decodeSubstrate(b)
+	m.Substrate = s
+	return diags
+}
+
+func addVariable(m *Module, b *hcl.Block) hcl.Diagnostics {
+	v, diags := decodeVariable(b)
+	if v == nil {
+		return diags
+	}
+	if prev, ok := m.Variables[v.Name]; ok {
+		return append(diags, dup("variable", v.Name, prev.DeclRange, v.DeclRange))
+	}
+	m.Variables[v.Name] = v
+	return diags
+}
+
+// addLocals adds a locals block's values to m in source order (the order evaluation reports in).
+func addLocals(m *Module, b *hcl.Block) hcl.Diagnostics {
+	attrs, diags := b.Body.JustAttributes()
+	names := make([]string, 0, len(attrs))
+	for n := range attrs {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return attrs[names[i]].Range.Start.Byte < attrs[names[j]].Range.Start.Byte })
+	for _, n := range names {
+		a := attrs[n]
+		if prev, ok := m.Locals[n]; ok {
+			diags = append(diags, dup("local value", n, prev.Range, a.Range))
+			continue
+		}
+		m.Locals[n] = &Local{Name: n, Expr: a.Expr, Range: a.Range}
+		m.localOrder = append(m.localOrder, n)
+	}
+	return diags
+}
+
+func (l *loader) addCall(m *Module, b *hcl.Block, stack []string) hcl.Diagnostics {
+	c, diags := l.decodeCall(m, b, stack)
+	if c == nil {
+		return diags
+	}
+	if prev, ok := m.Calls[c.Name]; ok {
+		return append(diags, dup("module call", c.Name, prev.DeclRange, c.DeclRange))
+	}
+	m.Calls[c.Name] = c
+	m.callOrder = append(m.callOrder, c.Name)
+	return diags
+}
+
+func addResource(m *Module, b *hcl.Block) hcl.Diagnostics {
+	r, diags := decodeResource(b)
+	if r == nil {
+		return diags
+	}
+	k := r.Addr.String()
+	if prev, ok := m.Resources[k]; ok {
+		return append(diags, dup(b.Type, k, prev.DeclRange, r.DeclRange))
+	}
+	m.Resources[k] = r
+	m.resourceOrder = append(m.resourceOrder, k)
+	return diags
+}
+
+func addOutput(m *Module, b *hcl.Block) hcl.Diagnostics {
+	o, diags := decodeOutput(b)
+	if o == nil {
+		return diags
+	}
+	if prev, ok := m.Outputs[o.Name]; ok {
+		return append(diags, dup("output", o.Name, prev.DeclRange, o.DeclRange))
+	}
+	m.Outputs[o.Name] = o
+	m.outputOrder = append(m.outputOrder, o.Name)
 	return diags
 }
 

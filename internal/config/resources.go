@@ -26,87 +26,98 @@ type expansion struct {
 func (e *evaluator) expand(mi *modInst, count, forEach hcl.Expression, what string) (expansion, []*resSlot, bool) {
 	switch {
 	case count != nil:
-		v, deps, failed := e.evalExpr(mi, count, rep{}, repNone)
-		if failed {
-			return expansion{}, deps, true
-		}
-		v, marks := v.Unmark()
-		if _, unset := marks[unsetMark]; unset {
-			return expansion{}, deps, true // validate without a value: skipped, not reported
-		}
-		switch {
-		case len(marks) > 0:
-			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must not come from a sensitive value", what)
-		case !v.IsKnown():
-			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count depends on values known only after apply; it must be known when planning", what)
-		case v.IsNull():
-			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a number, not null", what)
-		default:
-			n, err := convert.Convert(v, cty.Number)
-			if err != nil {
-				e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a whole number: %v", what, err)
-				return expansion{}, deps, true
-			}
-			i, acc := n.AsBigFloat().Int64()
-			if acc != big.Exact || i < 0 || i > 1<<20 {
-				e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a whole number between 0 and %d, got %s", what, 1<<20, n.AsBigFloat().String())
-				return expansion{}, deps, true
-			}
-			x := expansion{kind: repCount}
-			for k := 0; k < int(i); k++ {
-				x.reps = append(x.reps, rep{kind: repCount, index: k})
-				x.keys = append(x.keys, addrs.IntKey(k))
-			}
-			return x, deps, false
-		}
-		return expansion{}, deps, true
+		return e.expandCount(mi, count, what)
 	case forEach != nil:
-		v, deps, failed := e.evalExpr(mi, forEach, rep{}, repNone)
-		if failed {
-			return expansion{}, deps, true
-		}
-		v, marks := v.UnmarkDeep()
-		if _, unset := marks[unsetMark]; unset {
-			return expansion{}, deps, true // validate without a value: skipped, not reported
-		}
-		ty := v.Type()
-		switch {
-		case len(marks) > 0:
-			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must not come from sensitive values or secret references", what)
-		case !v.IsWhollyKnown() && !(v.IsKnown() && (ty.IsMapType() || ty.IsObjectType())):
-			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each depends on values known only after apply; its keys must be known when planning", what)
-		case v.IsNull():
-			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must be a map or a set of strings, not null", what)
-		case ty.IsSetType():
-			if !ty.ElementType().Equals(cty.String) && ty.ElementType() != cty.DynamicPseudoType {
-				e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each set must contain strings, got %s (use toset([...]) of strings)", what, ty.FriendlyName())
-				return expansion{}, deps, true
-			}
-			x := expansion{kind: repEach}
-			for it := v.ElementIterator(); it.Next(); {
-				_, el := it.Element()
-				if el.IsNull() {
-					e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each set contains null", what)
-					return expansion{}, deps, true
-				}
-				x.reps = append(x.reps, rep{kind: repEach, key: el, value: el})
-				x.keys = append(x.keys, addrs.StringKey(el.AsString()))
-			}
-			return x, deps, false
-		case ty.IsMapType() || ty.IsObjectType():
-			x := expansion{kind: repEach}
-			for it := v.ElementIterator(); it.Next(); {
-				k, el := it.Element()
-				x.reps = append(x.reps, rep{kind: repEach, key: k, value: el})
-				x.keys = append(x.keys, addrs.StringKey(k.AsString()))
-			}
-			return x, deps, false
-		default:
-			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must be a map or a set of strings, got %s", what, ty.FriendlyName())
-		}
-		return expansion{}, deps, true
+		return e.expandForEach(mi, forEach, what)
 	}
 	return expansion{kind: repNone, reps: []rep{{}}, keys: []addrs.InstanceKey{addrs.NoKey}}, nil, false
+}
+
+// expandCount expands by a count argument: instances 0..count-1.
+func (e *evaluator) expandCount(mi *modInst, count hcl.Expression, what string) (expansion, []*resSlot, bool) {
+	v, deps, failed := e.evalExpr(mi, count, rep{}, repNone)
+	if failed {
+		return expansion{}, deps, true
+	}
+	v, marks := v.Unmark()
+	if _, unset := marks[unsetMark]; unset {
+		return expansion{}, deps, true // validate without a value: skipped, not reported
+	}
+	switch {
+	case len(marks) > 0:
+		e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must not come from a sensitive value", what)
+	case !v.IsKnown():
+		e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count depends on values known only after apply; it must be known when planning", what)
+	case v.IsNull():
+		e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a number, not null", what)
+	default:
+		n, err := convert.Convert(v, cty.Number)
+		if err != nil {
+			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a whole number: %v", what, err)
+			return expansion{}, deps, true
+		}
+		i, acc := n.AsBigFloat().Int64()
+		if acc != big.Exact || i < 0 || i > 1<<20 {
+			e.errf(count.Range().Ptr(), "Invalid count argument", "%s: count must be a whole number between 0 and %d, got %s", what, 1<<20, n.AsBigFloat().String())
+			return expansion{}, deps, true
+		}
+		x := expansion{kind: repCount}
+		for k := 0; k < int(i); k++ {
+			x.reps = append(x.reps, rep{kind: repCount, index: k})
+			x.keys = append(x.keys, addrs.IntKey(k))
+		}
+		return x, deps, false
+	}
+	return expansion{}, deps, true
+}
+
+// expandForEach expands by a for_each argument: one instance per key of a map or object, or per
+// element of a set of strings.
+func (e *evaluator) expandForEach(mi *modInst, forEach hcl.Expression, what string) (expansion, []*resSlot, bool) {
+	v, deps, failed := e.evalExpr(mi, forEach, rep{}, repNone)
+	if failed {
+		return expansion{}, deps, true
+	}
+	v, marks := v.UnmarkDeep()
+	if _, unset := marks[unsetMark]; unset {
+		return expansion{}, deps, true // validate without a value: skipped, not reported
+	}
+	ty := v.Type()
+	switch {
+	case len(marks) > 0:
+		e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must not come from sensitive values or secret references", what)
+	case !v.IsWhollyKnown() && !(v.IsKnown() && (ty.IsMapType() || ty.IsObjectType())):
+		e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each depends on values known only after apply; its keys must be known when planning", what)
+	case v.IsNull():
+		e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must be a map or a set of strings, not null", what)
+	case ty.IsSetType():
+		if !ty.ElementType().Equals(cty.String) && ty.ElementType() != cty.DynamicPseudoType {
+			e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each set must contain strings, got %s (use toset([...]) of strings)", what, ty.FriendlyName())
+			return expansion{}, deps, true
+		}
+		x := expansion{kind: repEach}
+		for it := v.ElementIterator(); it.Next(); {
+			_, el := it.Element()
+			if el.IsNull() {
+				e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each set contains null", what)
+				return expansion{}, deps, true
+			}
+			x.reps = append(x.reps, rep{kind: repEach, key: el, value: el})
+			x.keys = append(x.keys, addrs.StringKey(el.AsString()))
+		}
+		return x, deps, false
+	case ty.IsMapType() || ty.IsObjectType():
+		x := expansion{kind: repEach}
+		for it := v.ElementIterator(); it.Next(); {
+			k, el := it.Element()
+			x.reps = append(x.reps, rep{kind: repEach, key: k, value: el})
+			x.keys = append(x.keys, addrs.StringKey(k.AsString()))
+		}
+		return x, deps, false
+	default:
+		e.errf(forEach.Range().Ptr(), "Invalid for_each argument", "%s: for_each must be a map or a set of strings, got %s", what, ty.FriendlyName())
+	}
+	return expansion{}, deps, true
 }
 
 func (e *evaluator) expandCall(mi *modInst, name string) *callSlot {

@@ -281,24 +281,11 @@ func (p *Request) prepare(ctx context.Context, st *states.State) ([]Action, erro
 // execute runs actions on an open session.
 func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint string, actions []Action, outputs func(*states.State) (map[string]states.Output, error)) (*Result, error) {
 	res := &Result{Serial: s.st.Serial}
-	work := 0
-	destructive := false
-	for _, a := range actions {
-		if a.Op != plans.NoOp {
-			work++
-		}
-		if a.Op == plans.Delete || a.Op == plans.Replace || a.Op == plans.Reset {
-			destructive = true
-		}
-	}
+	work, destructive := classify(actions)
 	if work == 0 {
-		same := outputs == nil
-		if outputs != nil {
-			out, err := outputs(s.st)
-			if err != nil {
-				return res, fmt.Errorf("outputs: %w", err)
-			}
-			same = equalOutputs(out, s.st.Outputs)
+		same, err := sameOutputs(s.st, outputs)
+		if err != nil {
+			return res, err
 		}
 		if same {
 			res.Noop = len(actions)
@@ -340,15 +327,54 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 		}
 	}
 	if outputs != nil && len(failed) == 0 {
-		var out map[string]states.Output
-		var oerr error
-		r.sv.view(func(st *states.State) { out, oerr = outputs(st) })
-		if oerr != nil {
-			res.Failed = append(res.Failed, fmt.Errorf("outputs: %w", oerr))
-		} else if err := r.sv.commit(ctx, func(st *states.State) { st.Outputs = out }); err != nil {
+		if err := r.saveOutputs(ctx, outputs); err != nil {
 			res.Failed = append(res.Failed, err)
 		}
 	}
+	return r.conclude(command, ops, res)
+}
+
+// classify counts the actions that do work and reports whether any destroys something.
+func classify(actions []Action) (work int, destructive bool) {
+	for _, a := range actions {
+		if a.Op != plans.NoOp {
+			work++
+		}
+		if a.Op == plans.Delete || a.Op == plans.Replace || a.Op == plans.Reset {
+			destructive = true
+		}
+	}
+	return work, destructive
+}
+
+// sameOutputs reports whether the outputs computed from st equal the stored ones (true when
+// there are no outputs to compute), so that a run without work can end without a save.
+func sameOutputs(st *states.State, outputs func(*states.State) (map[string]states.Output, error)) (bool, error) {
+	if outputs == nil {
+		return true, nil
+	}
+	out, err := outputs(st)
+	if err != nil {
+		return false, fmt.Errorf("outputs: %w", err)
+	}
+	return equalOutputs(out, st.Outputs), nil
+}
+
+// saveOutputs computes the outputs from the working state and saves them durably.
+func (r *run) saveOutputs(ctx context.Context, outputs func(*states.State) (map[string]states.Output, error)) error {
+	var out map[string]states.Output
+	var oerr error
+	r.sv.view(func(st *states.State) { out, oerr = outputs(st) })
+	if oerr != nil {
+		return fmt.Errorf("outputs: %w", oerr)
+	}
+	return r.sv.commit(ctx, func(st *states.State) { st.Outputs = out })
+}
+
+// conclude fills res's totals and closes the checkpoint log: finished (the log removed) when
+// every operation is done, else kept for recovery and the run reported as interrupted.
+func (r *run) conclude(command string, ops []*OpState, res *Result) (*Result, error) {
+	log := r.log
 	res.Serial = r.sv.serial()
 	res.StateSaves = r.sv.savesDone()
 	res.Checkpoint = log.Stats()

@@ -7,6 +7,7 @@ import (
 	"zyvor.dev/sysbox/internal/plans"
 
 	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/states"
 )
 
 // RecoverReport says what recovery found and did.
@@ -80,22 +81,8 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 		return rep, removeLog(it.Path)
 	}
 	// Step 1: topology, lineage, fingerprint.
-	if h.Lineage != s.st.Lineage {
-		return rep, fmt.Errorf("checkpoint %s (run %s): %w: it was written for state lineage %s, the state has lineage %s; refusing to act on it",
-			it.Path, h.Run, ErrForeignCheckpoint, h.Lineage, s.st.Lineage)
-	}
-	if s.st.Serial < h.Serial {
-		return rep, fmt.Errorf("checkpoint %s (run %s): %w: the run started at state serial %d but the state is at serial %d (restored from an older copy?)",
-			it.Path, h.Run, ErrForeignCheckpoint, h.Serial, s.st.Serial)
-	}
-	for _, op := range it.Ops {
-		if op.Fingerprint != h.Fingerprint {
-			return rep, fmt.Errorf("checkpoint %s: %s: %w: plan fingerprint %q differs from the run's %q",
-				it.Path, op.Addr, durable.ErrCorrupt, op.Fingerprint, h.Fingerprint)
-		}
-		if err := op.Action.validate(); err != nil {
-			return rep, fmt.Errorf("checkpoint %s: %w: %w", it.Path, durable.ErrCorrupt, err)
-		}
+	if err := checkBelongs(it, s.st); err != nil {
+		return rep, err
 	}
 	// The drivers the unfinished operations need must be there, before any provider call (a
 	// missing driver is not the operation's failure: the checkpoint is kept).
@@ -126,20 +113,7 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 	}
 	failed := r.walk(ctx, actions, ops)
 	r.pending.Wait()
-	for i, op := range it.Ops {
-		o := OpOutcome{Addr: op.Addr, Op: op.Op, From: from[i]}
-		switch {
-		case from[i] == StepDone:
-			o.Outcome = "was-complete"
-		case from[i] == StepFailed:
-			o.Outcome, o.Error = "was-failed", op.Error
-		case op.Step == StepDone:
-			o.Outcome = "completed"
-		default:
-			o.Outcome, o.Error = "failed", op.Error
-		}
-		rep.Ops = append(rep.Ops, o)
-	}
+	rep.Ops = append(rep.Ops, outcomes(it.Ops, from)...)
 	rep.Serial = r.sv.serial()
 	if r.fatal != nil || r.unfinished(ops) {
 		log.Close()
@@ -156,6 +130,50 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 		return rep, fmt.Errorf("recovery finished the run, but some operations failed (state records what exists): %w", errors.Join(failed...))
 	}
 	return rep, nil
+}
+
+// checkBelongs refuses a checkpoint written for another state (lineage), for an older state
+// than the one at hand, or whose records disagree with its header or are invalid.
+func checkBelongs(it *Interrupted, st *states.State) error {
+	h := it.Header
+	if h.Lineage != st.Lineage {
+		return fmt.Errorf("checkpoint %s (run %s): %w: it was written for state lineage %s, the state has lineage %s; refusing to act on it",
+			it.Path, h.Run, ErrForeignCheckpoint, h.Lineage, st.Lineage)
+	}
+	if st.Serial < h.Serial {
+		return fmt.Errorf("checkpoint %s (run %s): %w: the run started at state serial %d but the state is at serial %d (restored from an older copy?)",
+			it.Path, h.Run, ErrForeignCheckpoint, h.Serial, st.Serial)
+	}
+	for _, op := range it.Ops {
+		if op.Fingerprint != h.Fingerprint {
+			return fmt.Errorf("checkpoint %s: %s: %w: plan fingerprint %q differs from the run's %q",
+				it.Path, op.Addr, durable.ErrCorrupt, op.Fingerprint, h.Fingerprint)
+		}
+		if err := op.Action.validate(); err != nil {
+			return fmt.Errorf("checkpoint %s: %w: %w", it.Path, durable.ErrCorrupt, err)
+		}
+	}
+	return nil
+}
+
+// outcomes reports each recovered operation: where it was (from) and where it ended.
+func outcomes(ops []*OpState, from []Step) []OpOutcome {
+	out := make([]OpOutcome, 0, len(ops))
+	for i, op := range ops {
+		o := OpOutcome{Addr: op.Addr, Op: op.Op, From: from[i]}
+		switch {
+		case from[i] == StepDone:
+			o.Outcome = "was-complete"
+		case from[i] == StepFailed:
+			o.Outcome, o.Error = "was-failed", op.Error
+		case op.Step == StepDone:
+			o.Outcome = "completed"
+		default:
+			o.Outcome, o.Error = "failed", op.Error
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 func outcomeOf(s Step) string {

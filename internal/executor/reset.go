@@ -167,70 +167,7 @@ func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 		}
 	}
 	if !op.Step.atLeast(StepStateSaved) {
-		interrupted := provisionInterrupted(op) // before re-wiring can rewrite the step
-		if err := r.adoptRecorded(ctx, op, nodes); err != nil {
-			return err
-		}
-		if op.Step == StepBegin {
-			op.Step = StepVerified // adoptRecorded rewinds to Begin; verification stays done
-		}
-		if op.Handle == nil {
-			spec, err := r.nodeSpec(ctx, op, true)
-			if err != nil {
-				return err
-			}
-			interrupted = false // a new generation: its provisioners never ran
-			h, err := rs.NewGeneration(ctx, p.Handle, p.Owner, spec)
-			if err != nil {
-				return fmt.Errorf("new generation: %w", err)
-			}
-			op.Handle = &h
-			if err := r.ck(op, StepCreated); err != nil {
-				return err
-			}
-		}
-		if err := r.wireNode(ctx, op, nodes); err != nil {
-			return err
-		}
-		obs, err := r.observeNew(ctx, op, nodes)
-		if err != nil {
-			return err
-		}
-		if !op.Step.atLeast(StepObserved) {
-			if err := r.ck(op, StepObserved); err != nil {
-				return err
-			}
-		}
-		if err := r.provision(ctx, op, interrupted); err != nil {
-			return err
-		}
-		if err := r.reapplyPolicies(ctx, op); err != nil {
-			return err
-		}
-		// Step 7: switch the external identity (node and its policies) in one save.
-		res := r.stateResource(op, obs)
-		err = r.sv.commit(ctx, func(st *states.State) {
-			if cur := st.Resource(res.Addr); cur != nil {
-				res.CreatedAt = cur.CreatedAt
-			}
-			st.Set(res)
-			for addr, h := range op.Policies {
-				pa, _ := addrs.ParseInstance(addr)
-				if pr := st.Resource(pa); pr != nil {
-					c := pr.Clone()
-					c.ExternalID = h.ExternalID
-					priv := h.Private
-					c.Private = &priv
-					c.UpdatedAt = r.e.now()
-					st.Set(c)
-				}
-			}
-		})
-		if err != nil {
-			r.setFatal(err)
-			return err
-		}
-		if err := r.ck(op, StepStateSaved); err != nil {
+		if err := r.resetGeneration(ctx, op, nodes, rs); err != nil {
 			return err
 		}
 	}
@@ -244,6 +181,81 @@ func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 		}
 	}
 	return nil
+}
+
+// resetGeneration creates (or adopts the recorded) new generation of op's node, wires,
+// observes and provisions it, re-installs its policies, and switches state to it (steps 3–7).
+func (r *run) resetGeneration(ctx context.Context, op *OpState, nodes driver.Nodes, rs driver.Resetter) error {
+	p := op.Prior
+	interrupted := provisionInterrupted(op) // before re-wiring can rewrite the step
+	if err := r.adoptRecorded(ctx, op, nodes); err != nil {
+		return err
+	}
+	if op.Step == StepBegin {
+		op.Step = StepVerified // adoptRecorded rewinds to Begin; verification stays done
+	}
+	if op.Handle == nil {
+		spec, err := r.nodeSpec(ctx, op, true)
+		if err != nil {
+			return err
+		}
+		interrupted = false // a new generation: its provisioners never ran
+		h, err := rs.NewGeneration(ctx, p.Handle, p.Owner, spec)
+		if err != nil {
+			return fmt.Errorf("new generation: %w", err)
+		}
+		op.Handle = &h
+		if err := r.ck(op, StepCreated); err != nil {
+			return err
+		}
+	}
+	if err := r.wireNode(ctx, op, nodes); err != nil {
+		return err
+	}
+	obs, err := r.observeNew(ctx, op, nodes)
+	if err != nil {
+		return err
+	}
+	if !op.Step.atLeast(StepObserved) {
+		if err := r.ck(op, StepObserved); err != nil {
+			return err
+		}
+	}
+	if err := r.provision(ctx, op, interrupted); err != nil {
+		return err
+	}
+	if err := r.reapplyPolicies(ctx, op); err != nil {
+		return err
+	}
+	// Step 7: switch the external identity (node and its policies) in one save.
+	if err := r.sv.commit(ctx, r.switchGeneration(op, obs)); err != nil {
+		r.setFatal(err)
+		return err
+	}
+	return r.ck(op, StepStateSaved)
+}
+
+// switchGeneration is the state change of step 7: the node's new generation and its policies'
+// new external ids.
+func (r *run) switchGeneration(op *OpState, obs substrate.Observation) func(st *states.State) {
+	res := r.stateResource(op, obs)
+	return func(st *states.State) {
+		if cur := st.Resource(res.Addr); cur != nil {
+			res.CreatedAt = cur.CreatedAt
+		}
+		st.Set(res)
+		for addr, h := range op.Policies {
+			pa, _ := addrs.ParseInstance(addr)
+			if pr := st.Resource(pa); pr != nil {
+				c := pr.Clone()
+				c.ExternalID = h.ExternalID
+				priv := h.Private
+				c.Private = &priv
+				c.UpdatedAt = r.e.now()
+				st.Set(c)
+			}
+		}
+	}
 }
 
 // reapplyPolicies installs the policies living in the node on its new generation.

@@ -112,7 +112,9 @@ func (s *saver) loop(ctx context.Context) {
 	s.mu.Lock()
 	for s.savedGen < s.gen && s.err == nil {
 		g := s.gen
-		snap := s.st.Clone()
+		// Changes replace resources and outputs, never edit them in place (copy on write), so
+		// the list of them is a consistent snapshot to save outside the lock.
+		snap := s.st.ShallowCopy()
 		snap.Serial = s.stored + 1
 		snap.ToolVersion = states.ToolVersion()
 		prev := s.stored

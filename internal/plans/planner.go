@@ -143,18 +143,13 @@ func (e *SchemaVersionError) Error() string {
 // Plan computes the plan for req.
 func (p *Planner) Plan(req Request) (*Plan, error) {
 	in := indexRequest(req)
-	// Create graph over configured instances.
-	g := graph.New()
-	for _, ri := range in.desiredList {
-		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (config)
-	}
+	g, order, orderErr := dependencyOrder(req.Topology, in.desiredList)
 	inScope, err := in.scope(req.Targets, g)
 	if err != nil {
 		return nil, err
 	}
-	order, err := g.TopoOrder()
-	if err != nil {
-		return nil, err
+	if orderErr != nil {
+		return nil, orderErr
 	}
 
 	plan := &Plan{FormatVersion: FormatVersion, ToolVersion: p.ToolVersion, Mode: "normal"}
@@ -177,6 +172,22 @@ func (p *Planner) Plan(req Request) (*Plan, error) {
 	}
 	plan.Fingerprint = p.fingerprint(plan, req.Topology, req)
 	return plan, nil
+}
+
+// dependencyOrder returns the graph over the configured instances and its topological order:
+// the ones evaluation built to look for cycles when it did, else built here.
+func dependencyOrder(top *config.Topology, desired []*config.ResourceInstance) (*graph.Graph, []addrs.Instance, error) {
+	if top != nil {
+		if g, order, ok := top.DependencyGraph(); ok {
+			return g, order, nil
+		}
+	}
+	g := graph.New()
+	for _, ri := range desired {
+		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (config)
+	}
+	order, err := g.TopoOrder()
+	return g, order, err
 }
 
 // planInputs indexes a request's prior state and configured instances by address.

@@ -42,82 +42,13 @@ func fastResourceShared(line []byte, seen depLists) (*Resource, bool) {
 	if p.key(`,"attributes":`) && !p.raw((*[]byte)(&r.Attributes)) {
 		return nil, false
 	}
-	var span []byte
-	if p.key(`,"dependencies":`) {
-		if end, ok := p.stringArrayEnd(); ok && seen != nil && end-p.i > 2 {
-			span = p.b[p.i:end]
-			if deps, ok := seen[string(span)]; ok {
-				r.Dependencies, p.i = deps, end
-				goto attachments
-			}
-		}
-		ok := p.array(func() bool {
-			var a addrs.Instance
-			if !p.str(&s) || a.UnmarshalText([]byte(s)) != nil {
-				return false
-			}
-			r.Dependencies = append(r.Dependencies, a)
-			return true
-		})
-		if !ok {
-			return nil, false
-		}
-		if r.Dependencies == nil {
-			r.Dependencies = []addrs.Instance{}
-		}
-		if span != nil {
-			r.Dependencies = r.Dependencies[:len(r.Dependencies):len(r.Dependencies)]
-			seen[string(span)] = r.Dependencies
-		}
-	}
-attachments:
-	if p.key(`,"attachments":`) {
-		ok := p.array(func() bool {
-			var a substrate.AttachmentState
-			if !p.lit(`{"name":`) || !p.str(&a.Name) || !p.lit(`,"mac":`) || !p.str(&a.MAC) {
-				return false
-			}
-			if p.key(`,"ipv4":`) {
-				if !p.array(func() bool {
-					var v string
-					if !p.str(&v) {
-						return false
-					}
-					a.IPv4 = append(a.IPv4, v)
-					return true
-				}) {
-					return false
-				}
-				if a.IPv4 == nil {
-					a.IPv4 = []string{}
-				}
-			}
-			if p.key(`,"gateway":`) && !p.str(&a.Gateway) {
-				return false
-			}
-			if !p.lit(`,"private":`) || !p.envelope(&a.Private) || !p.lit(`}`) {
-				return false
-			}
-			r.Attachments = append(r.Attachments, a)
-			return true
-		})
-		if !ok {
-			return nil, false
-		}
-		if r.Attachments == nil {
-			r.Attachments = []substrate.AttachmentState{}
-		}
-	}
-	if !p.lit(`,"observation":{"status":`) || !p.str(&s) {
+	if p.key(`,"dependencies":`) && !p.dependencies(r, seen) {
 		return nil, false
 	}
-	r.Observation.Status = substrate.Status(s)
-	if p.key(`,"reason":`) && !p.str(&r.Observation.Reason) {
+	if p.key(`,"attachments":`) && !p.attachments(r) {
 		return nil, false
 	}
-	if !p.lit(`,"at":`) || !p.time(&r.Observation.At) || !p.lit(`},"owner":{"topology":`) || !p.str(&r.Owner.Topology) ||
-		!p.lit(`,"address":`) || !p.str(&r.Owner.Address) || !p.lit(`,"type":`) || !p.str(&r.Owner.Type) ||
-		!p.lit(`,"generation":`) || !p.unsigned(&r.Owner.Generation) || !p.lit(`}`) {
+	if !p.observationOwner(r) {
 		return nil, false
 	}
 	if p.key(`,"private":`) {
@@ -130,6 +61,94 @@ attachments:
 		return nil, false
 	}
 	return r, p.i == len(p.b)
+}
+
+// dependencies reads r's dependency list (the value after its key), reusing the list decoded
+// for the same text through seen.
+func (p *scan) dependencies(r *Resource, seen depLists) bool {
+	var span []byte
+	if end, ok := p.stringArrayEnd(); ok && seen != nil && end-p.i > 2 {
+		span = p.b[p.i:end]
+		if deps, ok := seen[string(span)]; ok {
+			r.Dependencies, p.i = deps, end
+			return true
+		}
+	}
+	var s string
+	ok := p.array(func() bool {
+		var a addrs.Instance
+		if !p.str(&s) || a.UnmarshalText([]byte(s)) != nil {
+			return false
+		}
+		r.Dependencies = append(r.Dependencies, a)
+		return true
+	})
+	if !ok {
+		return false
+	}
+	if r.Dependencies == nil {
+		r.Dependencies = []addrs.Instance{}
+	}
+	if span != nil {
+		r.Dependencies = r.Dependencies[:len(r.Dependencies):len(r.Dependencies)]
+		seen[string(span)] = r.Dependencies
+	}
+	return true
+}
+
+// attachments reads r's attachment list (the value after its key).
+func (p *scan) attachments(r *Resource) bool {
+	ok := p.array(func() bool {
+		var a substrate.AttachmentState
+		if !p.lit(`{"name":`) || !p.str(&a.Name) || !p.lit(`,"mac":`) || !p.str(&a.MAC) {
+			return false
+		}
+		if p.key(`,"ipv4":`) {
+			if !p.array(func() bool {
+				var v string
+				if !p.str(&v) {
+					return false
+				}
+				a.IPv4 = append(a.IPv4, v)
+				return true
+			}) {
+				return false
+			}
+			if a.IPv4 == nil {
+				a.IPv4 = []string{}
+			}
+		}
+		if p.key(`,"gateway":`) && !p.str(&a.Gateway) {
+			return false
+		}
+		if !p.lit(`,"private":`) || !p.envelope(&a.Private) || !p.lit(`}`) {
+			return false
+		}
+		r.Attachments = append(r.Attachments, a)
+		return true
+	})
+	if !ok {
+		return false
+	}
+	if r.Attachments == nil {
+		r.Attachments = []substrate.AttachmentState{}
+	}
+	return true
+}
+
+// observationOwner reads r's observation and owner objects (both keys included).
+func (p *scan) observationOwner(r *Resource) bool {
+	var s string
+	if !p.lit(`,"observation":{"status":`) || !p.str(&s) {
+		return false
+	}
+	r.Observation.Status = substrate.Status(s)
+	if p.key(`,"reason":`) && !p.str(&r.Observation.Reason) {
+		return false
+	}
+	return p.lit(`,"at":`) && p.time(&r.Observation.At) && p.lit(`},"owner":{"topology":`) && p.str(&r.Owner.Topology) &&
+		p.lit(`,"address":`) && p.str(&r.Owner.Address) && p.lit(`,"type":`) && p.str(&r.Owner.Type) &&
+		p.lit(`,"generation":`) && p.unsigned(&r.Owner.Generation) && p.lit(`}`)
 }
 
 // scan is a cursor over one canonical line.

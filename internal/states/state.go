@@ -210,6 +210,20 @@ func (r *Resource) Clone() *Resource {
 	return &c
 }
 
+// ShallowCopy returns a copy of s that shares its resources: a consistent copy of s for as long
+// as s's resources are replaced (Set, Remove) rather than changed in place, as the executor
+// changes its working state, at the cost of copying the resource list instead of every
+// resource (a deep Clone of a large state per save was a third of the executor's time).
+func (s *State) ShallowCopy() *State {
+	c := &State{Lineage: s.Lineage, Serial: s.Serial, ToolVersion: s.ToolVersion}
+	c.Resources = slices.Clone(s.Resources)
+	c.Outputs = make(map[string]Output, len(s.Outputs)) // as Clone: never nil
+	for k, v := range s.Outputs {
+		c.Outputs[k] = v
+	}
+	return c
+}
+
 // Clone returns a deep copy of s.
 func (s *State) Clone() *State {
 	c := &State{Lineage: s.Lineage, Serial: s.Serial, ToolVersion: s.ToolVersion}

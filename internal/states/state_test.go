@@ -370,3 +370,28 @@ func TestMoveSharedDependencies(t *testing.T) {
 		}
 	}
 }
+
+// A shallow copy stays what s was when s's resources and outputs are then replaced or removed
+// (the executor's copy-on-write changes), and encodes like a deep clone.
+func TestShallowCopyIsolatedFromReplacements(t *testing.T) {
+	st := sample()
+	want, err := Encode(st.Clone())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := st.ShallowCopy()
+	c := st.Resources[0].Clone()
+	c.ExternalID = "replaced"
+	st.Set(c)
+	st.Remove(st.Resources[1].Addr)
+	st.Set(res(st.Lineage, "sysbox_node.added"))
+	st.Outputs = map[string]Output{"other": {Value: json.RawMessage(`1`)}}
+	st.Serial++
+	got, err := Encode(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("shallow copy changed with the original:\ngot  %s\nwant %s", got, want)
+	}
+}
