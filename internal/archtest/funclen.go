@@ -17,15 +17,7 @@ const MaxFuncLines = 80
 
 // LongFuncAllowed lists the production functions allowed over MaxFuncLines, keyed as
 // LongFuncs reports them, each with the reason it stays long.
-var LongFuncAllowed = map[string]string{
-	"internal/config/eval.go: evaluator.variable":          "being split on branch perf (#10)",
-	"internal/config/load.go: loader.decodeFile":           "being split on branch perf (#10)",
-	"internal/config/resources.go: evaluator.expand":       "being split on branch perf (#10)",
-	"internal/executor/executor.go: Executor.execute":      "being split on branch perf (#10)",
-	"internal/executor/recover.go: Executor.recoverLocked": "being split on branch perf (#10)",
-	"internal/executor/reset.go: run.resetSteps":           "being split on branch perf (#10)",
-	"internal/states/decode_fast.go: fastResourceShared":   "being split on branch perf (#10)",
-}
+var LongFuncAllowed = map[string]string{}
 
 // LongFunc is one function declaration longer than a limit.
 type LongFunc struct {
