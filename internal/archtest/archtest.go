@@ -78,6 +78,8 @@ var Rules = []Rule{
 		From: anyPkg, Forbid: under(fake)},
 	{Name: "fluxvm-upgrade shares only foundations (durable, argv, feature, testenv) with sysbox",
 		From: under(fluxvm), Forbid: regexp.MustCompile(`^(internal|drivers|pkg)/`), Allow: under(`internal/durable`, `internal/argv`, `internal/feature`, `internal/testenv`)},
+	{Name: "the control plane (API server, its store) holds no host rights: it imports no driver, fake, executor, agent, CLI or cmd; host work reaches it only from agents over the signed protocol",
+		From: under(`internal/controlplane`), Forbid: under(drivers, fake, executor, `internal/agent`, cli, `cmd`)},
 	{Name: "nothing but cmd/ imports the CLI",
 		From: anyPkg, Except: under(`cmd`, cli), Forbid: under(cli)},
 }
