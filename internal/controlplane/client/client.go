@@ -212,14 +212,24 @@ func (a *Agent) Renew(ctx context.Context, l *Lease) error {
 
 // Plan fetches the stored plan file of the leased run.
 func (a *Agent) Plan(ctx context.Context, l *Lease) ([]byte, error) {
-	code, b, err := a.Do(ctx, http.MethodGet, "/v1/agent/runs/"+l.Run.ID+"/plan", l.Epoch, nil)
+	return a.get(ctx, "/v1/agent/runs/"+l.Run.ID+"/plan", l.Epoch)
+}
+
+// get fetches bytes with a signed GET.
+func (a *Agent) get(ctx context.Context, path string, epoch int64) ([]byte, error) {
+	code, b, err := a.Do(ctx, http.MethodGet, path, epoch, nil)
 	if err != nil {
 		return nil, err
 	}
 	if code != http.StatusOK {
-		return nil, &StatusError{Method: http.MethodGet, Path: "/v1/agent/runs/" + l.Run.ID + "/plan", Code: code, Message: string(b)}
+		return nil, &StatusError{Method: http.MethodGet, Path: path, Code: code, Message: string(b)}
 	}
 	return b, nil
+}
+
+// Revision fetches the topology bundle the leased run's plan was made from.
+func (a *Agent) Revision(ctx context.Context, l *Lease) ([]byte, error) {
+	return a.get(ctx, "/v1/agent/runs/"+l.Run.ID+"/revision", l.Epoch)
 }
 
 // Event is one event to append.

@@ -229,6 +229,25 @@ func (s *Server) agentPlan(w http.ResponseWriter, r *http.Request, c agentCall) 
 	w.Write(data)
 }
 
+func (s *Server) agentRevision(w http.ResponseWriter, r *http.Request, c agentCall) {
+	run, ok := s.held(w, r, c)
+	if !ok {
+		return
+	}
+	p, _, err := s.store.PlanData(r.Context(), c.agent.Project, run.Plan)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	b, err := s.store.RevisionBundle(r.Context(), c.agent.Project, p.Revision)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Write(b)
+}
+
 type renewed struct {
 	Expires time.Time `json:"expires"`
 }

@@ -283,3 +283,13 @@ func (e *env) planDigest(project string, run store.Run) string {
 	}
 	return store.Digest(data)
 }
+
+// revisionOf is the revision digest of run's plan.
+func (e *env) revisionOf(project string, run store.Run) string {
+	e.t.Helper()
+	p, _, err := e.st.PlanData(ctx, project, run.Plan)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p.Revision
+}

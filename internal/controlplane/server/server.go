@@ -162,6 +162,7 @@ func (s *Server) routes() {
 	handle("POST /v1/agent/heartbeat", s.agent(s.heartbeat))
 	handle("POST /v1/agent/claim", s.agent(s.claim))
 	handle("GET /v1/agent/runs/{run}/plan", s.agent(s.agentPlan))
+	handle("GET /v1/agent/runs/{run}/revision", s.agent(s.agentRevision))
 	handle("POST /v1/agent/runs/{run}/renew", s.agent(s.renew))
 	handle("POST /v1/agent/runs/{run}/events", s.agent(s.appendEvents))
 	handle("POST /v1/agent/runs/{run}/projections", s.agent(s.putProjections))

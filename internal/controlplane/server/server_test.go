@@ -154,6 +154,9 @@ func TestAgentRunLifecycle(t *testing.T) {
 	if _, err := nsOnly.Plan(ctx, &client.Lease{Run: l.Run, Epoch: l.Epoch}); !errors.Is(err, client.ErrFenced) {
 		t.Fatalf("another agent fetching the plan: got %v, want fenced", err)
 	}
+	if bundle, err := docker.Revision(ctx, l); err != nil || store.Digest(bundle) != e.revisionOf(p, run) {
+		t.Fatalf("revision fetched by the agent: %v, digest %s; want the plan's revision", err, store.Digest(bundle))
+	}
 	if err := docker.Renew(ctx, l); err != nil {
 		t.Fatal(err)
 	}
