@@ -164,61 +164,132 @@ type obj struct {
 	Seen   string `json:"seen"`
 }
 
-// TestRunsLandOnCapableAgentAndApply: a server and two agents (one offering only netns, one
-// netns and nftables) as real processes on loopback. A run whose plan needs nftables is left
-// alone by the netns-only agent and applied by the other one with the CLI's own apply, whose
-// progress lines come back as the run's events.
-func TestRunsLandOnCapableAgentAndApply(t *testing.T) {
+// rig is a server process with a project, a user token and a workspace.
+type rig struct {
+	t       *testing.T
+	work    string
+	url     string
+	admin   api
+	user    api
+	project string
+	ws      string
+}
+
+func newRig(t *testing.T, leaseTTL string) *rig {
 	work := t.TempDir()
-	srv := start(t, nil, "server", "--data", filepath.Join(work, "server"), "--listen", "127.0.0.1:0", "--lease-ttl", "6s")
+	srv := start(t, nil, "server", "--data", filepath.Join(work, "server"), "--listen", "127.0.0.1:0", "--lease-ttl", leaseTTL)
 	url := "http://" + strings.TrimPrefix(srv.waitLine(t, "listening on "), "listening on http://")
 	tok, err := os.ReadFile(filepath.Join(work, "server", "admin.token"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := api{t, url, strings.TrimSpace(string(tok))}
-	var project, ws obj
-	admin.call("POST", "/v1/projects", map[string]string{"name": "range"}, &project, 201)
-	var user obj
-	admin.call("POST", "/v1/projects/"+project.ID+"/tokens", map[string]string{"kind": "project", "name": "ci"}, &user, 201)
-	u := api{t, url, user.Token}
-	u.call("POST", "/v1/projects/"+project.ID+"/workspaces", map[string]string{"name": "lab"}, &ws, 201)
-	join := func() string {
+	r := &rig{t: t, work: work, url: url, admin: api{t, url, strings.TrimSpace(string(tok))}}
+	var project, user, ws obj
+	r.admin.call("POST", "/v1/projects", map[string]string{"name": "range"}, &project, 201)
+	r.admin.call("POST", "/v1/projects/"+project.ID+"/tokens", map[string]string{"kind": "project", "name": "ci"}, &user, 201)
+	r.user = api{t, url, user.Token}
+	r.user.call("POST", "/v1/projects/"+project.ID+"/workspaces", map[string]string{"name": "lab"}, &ws, 201)
+	r.project, r.ws = project.ID, ws.ID
+	return r
+}
+
+// agent starts an agent named name offering drivers; env adds to its environment. A first
+// start joins with a fresh join token; a restart (same name) reuses the data directory.
+func (r *rig) agent(name, drivers string, env ...string) (*proc, string) {
+	r.t.Helper()
+	data := filepath.Join(r.work, "agent-"+name)
+	if _, err := os.Stat(filepath.Join(data, "agent.json")); err != nil {
 		var j obj
-		admin.call("POST", "/v1/projects/"+project.ID+"/tokens", map[string]string{"kind": "join", "name": "host"}, &j, 201)
-		return j.Token
+		r.admin.call("POST", "/v1/projects/"+r.project+"/tokens", map[string]string{"kind": "join", "name": name}, &j, 201)
+		env = append(env, "SYSBOX_JOIN_TOKEN="+j.Token)
 	}
+	env = append(env, "SYSBOX_TEST_FAKE_WORLD="+filepath.Join(r.work, "world-"+name+".json"))
+	p := start(r.t, env, "agent", "--server", r.url, "--data", data, "--name", name, "--drivers", drivers, "--poll", "100ms", "--renew-every", "1s")
+	return p, strings.Fields(p.waitLine(r.t, "sysbox agent "))[2]
+}
 
-	// The netns-only agent is up before the run is queued.
-	nsOnly := start(t, []string{"SYSBOX_JOIN_TOKEN=" + join(), "SYSBOX_TEST_FAKE_WORLD=" + filepath.Join(work, "world-ns.json")},
-		"agent", "--server", url, "--data", filepath.Join(work, "agent-ns"), "--name", "ns-only", "--drivers", "netns", "--poll", "100ms", "--renew-every", "2s")
-	nsOnly.waitLine(t, "sysbox agent ")
-
-	// The user plans locally, then stores the bundle and the plan and queues the run.
-	lab := filepath.Join(work, "lab")
+// queue plans the topology locally, stores bundle and plan, and queues a run.
+func (r *rig) queue(sticky bool) string {
+	t := r.t
+	t.Helper()
+	lab := filepath.Join(r.work, "lab")
 	os.MkdirAll(lab, 0o755)
 	os.WriteFile(filepath.Join(lab, "main.sysbox.hcl"), []byte(topology), 0o644)
-	plan := exec.Command(binary, "plan", "-out", "lab.plan", "--no-color")
-	plan.Dir, plan.Env = lab, append(os.Environ(), "SYSBOX_TEST_FAKE_WORLD="+filepath.Join(work, "world-local.json"))
+	plan := exec.Command(binary, "plan", "-out", filepath.Join(r.work, "lab.plan"), "--no-color")
+	plan.Dir, plan.Env = lab, append(os.Environ(), "SYSBOX_TEST_FAKE_WORLD="+filepath.Join(r.work, "world-local.json"))
 	if out, err := plan.CombinedOutput(); err != nil {
 		t.Fatalf("local plan: %v\n%s", err, out)
 	}
-	planBytes, _ := os.ReadFile(filepath.Join(lab, "lab.plan"))
-	os.Remove(filepath.Join(lab, "lab.plan"))
+	planBytes, _ := os.ReadFile(filepath.Join(r.work, "lab.plan"))
 	bundle, err := agent.PackDir(lab)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rev, pl, run obj
-	u.call("POST", "/v1/projects/"+project.ID+"/revisions", bundle, &rev, 201)
-	u.call("POST", "/v1/projects/"+project.ID+"/workspaces/"+ws.ID+"/plans", map[string]any{"revision": rev.Digest, "plan": planBytes}, &pl, 201)
-	u.call("POST", "/v1/projects/"+project.ID+"/runs", map[string]any{"plan": pl.ID, "op": "apply"}, &run, 201)
+	r.user.call("POST", "/v1/projects/"+r.project+"/revisions", bundle, &rev, 201)
+	r.user.call("POST", "/v1/projects/"+r.project+"/workspaces/"+r.ws+"/plans", map[string]any{"revision": rev.Digest, "plan": planBytes}, &pl, 201)
+	r.user.call("POST", "/v1/projects/"+r.project+"/runs", map[string]any{"plan": pl.ID, "op": "apply", "sticky": sticky}, &run, 201)
+	return run.ID
+}
+
+func (r *rig) run(id string) obj {
+	r.t.Helper()
+	var run obj
+	r.user.call("GET", "/v1/projects/"+r.project+"/runs/"+id, nil, &run, 200)
+	return run
+}
+
+// finished waits for the run to succeed or fail.
+func (r *rig) finished(id string) obj {
+	r.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		run := r.run(id)
+		if run.Status == "succeeded" || run.Status == "failed" {
+			return run
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("run still %s after 90 s", run.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+type event struct {
+	Seq   int64  `json:"seq"`
+	Epoch int64  `json:"epoch"`
+	Data  string `json:"data"`
+}
+
+// events returns the run's events, checking their sequence is dense.
+func (r *rig) events(id string) ([]event, string) {
+	r.t.Helper()
+	var evs []event
+	r.user.call("GET", "/v1/projects/"+r.project+"/runs/"+id+"/events", nil, &evs, 200)
+	var lines []string
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			r.t.Fatalf("event %d has seq %d", i, e.Seq)
+		}
+		lines = append(lines, e.Data)
+	}
+	return evs, strings.Join(lines, "\n")
+}
+
+// TestRunsLandOnCapableAgentAndApply: a server and two agents (one offering only netns, one
+// netns and nftables) as real processes on loopback. A run whose plan needs nftables is left
+// alone by the netns-only agent and applied by the other one with the CLI's own apply, whose
+// progress lines come back as the run's events.
+func TestRunsLandOnCapableAgentAndApply(t *testing.T) {
+	r := newRig(t, "6s")
+	r.agent("ns-only", "netns") // up before the run is queued
+	id := r.queue(false)
 
 	// Wait until the netns-only agent has heartbeated twice after the run was queued: it has
 	// asked for work at least once since, and must have been given nothing.
 	seen := func() string {
 		var agents []obj
-		u.call("GET", "/v1/projects/"+project.ID+"/agents", nil, &agents, 200)
+		r.user.call("GET", "/v1/projects/"+r.project+"/agents", nil, &agents, 200)
 		return agents[0].Seen
 	}
 	for i, last := 0, seen(); i < 2; {
@@ -227,37 +298,13 @@ func TestRunsLandOnCapableAgentAndApply(t *testing.T) {
 			i, last = i+1, s
 		}
 	}
-	u.call("GET", "/v1/projects/"+project.ID+"/runs/"+run.ID, nil, &run, 200)
-	if run.Status != "queued" {
+	if run := r.run(id); run.Status != "queued" {
 		t.Fatalf("with only the netns agent up the run is %s (agent %q), want queued", run.Status, run.Agent)
 	}
 
-	full := start(t, []string{"SYSBOX_JOIN_TOKEN=" + join(), "SYSBOX_TEST_FAKE_WORLD=" + filepath.Join(work, "world-full.json")},
-		"agent", "--server", url, "--data", filepath.Join(work, "agent-full"), "--name", "full", "--drivers", "netns,nftables", "--poll", "100ms", "--renew-every", "2s")
-	agentLine := full.waitLine(t, "sysbox agent ")
-	fullID := strings.Fields(agentLine)[2]
-
-	deadline := time.Now().Add(90 * time.Second)
-	for run.Status != "succeeded" && run.Status != "failed" {
-		if time.Now().After(deadline) {
-			t.Fatalf("run still %s after 90 s", run.Status)
-		}
-		time.Sleep(200 * time.Millisecond)
-		u.call("GET", "/v1/projects/"+project.ID+"/runs/"+run.ID, nil, &run, 200)
-	}
-	var events []struct {
-		Seq  int64  `json:"seq"`
-		Data string `json:"data"`
-	}
-	u.call("GET", "/v1/projects/"+project.ID+"/runs/"+run.ID+"/events", nil, &events, 200)
-	var lines []string
-	for i, e := range events {
-		if e.Seq != int64(i+1) {
-			t.Fatalf("event %d has seq %d", i, e.Seq)
-		}
-		lines = append(lines, e.Data)
-	}
-	text := strings.Join(lines, "\n")
+	_, fullID := r.agent("full", "netns,nftables")
+	run := r.finished(id)
+	_, text := r.events(id)
 	if run.Status != "succeeded" || run.Agent != fullID {
 		t.Fatalf("run %s by %s (%s), want succeeded by %s; events:\n%s", run.Status, run.Agent, run.Result, fullID, text)
 	}
@@ -265,8 +312,44 @@ func TestRunsLandOnCapableAgentAndApply(t *testing.T) {
 		t.Fatalf("events lack the apply's progress lines:\n%s", text)
 	}
 	// The agent's workspace holds the lab's state, as a local apply would.
-	state, err := os.ReadFile(filepath.Join(work, "agent-full", "workspaces", ws.ID, ".sysbox", "state"))
+	state, err := os.ReadFile(filepath.Join(r.work, "agent-full", "workspaces", r.ws, ".sysbox", "state"))
 	if err != nil || !bytes.Contains(state, []byte("sysbox_node.web[1]")) {
 		t.Fatalf("agent workspace state: %v\n%s", err, state)
+	}
+}
+
+// TestKilledAgentResumesFromCheckpoint: the agent is killed (SIGKILL, by the executor's
+// failpoint of test builds) in the middle of an apply; its lease lapses; restarted, the same
+// agent claims the sticky run again at a higher epoch and finishes it through checkpoint
+// recovery; the lab converges.
+func TestKilledAgentResumesFromCheckpoint(t *testing.T) {
+	r := newRig(t, "3s")
+	id := r.queue(true)
+	p, agentID := r.agent("host", "netns,nftables", "SYSBOX_EXEC_FAILPOINT=checkpoint@3")
+	if err := p.cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("agent with a failpoint: got exit %v, want killed", err)
+	}
+	run := r.run(id)
+	if run.Status != "running" || run.Agent != agentID {
+		t.Fatalf("after the kill the run is %s by %q, want running by %s", run.Status, run.Agent, agentID)
+	}
+	_, restartedID := r.agent("host", "netns,nftables")
+	if restartedID != agentID {
+		t.Fatalf("restarted agent is %s, want the same identity %s", restartedID, agentID)
+	}
+	run = r.finished(id)
+	evs, text := r.events(id)
+	if run.Status != "succeeded" {
+		t.Fatalf("resumed run %s (%s); events:\n%s", run.Status, run.Result, text)
+	}
+	if !strings.Contains(text, "Resuming run "+id+" at lease epoch 2") || !strings.Contains(run.Result, "resumed") {
+		t.Fatalf("the run was not resumed through recovery (result %q); events:\n%s", run.Result, text)
+	}
+	if evs[0].Epoch != 1 || evs[len(evs)-1].Epoch != 2 {
+		t.Fatalf("events span epochs %d..%d, want 1..2", evs[0].Epoch, evs[len(evs)-1].Epoch)
+	}
+	state, err := os.ReadFile(filepath.Join(r.work, "agent-host", "workspaces", r.ws, ".sysbox", "state"))
+	if err != nil || !bytes.Contains(state, []byte("sysbox_node.web[1]")) || !bytes.Contains(state, []byte("sysbox_firewall.web")) {
+		t.Fatalf("agent workspace state after resume: %v\n%s", err, state)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"zyvor.dev/sysbox/internal/controlplane/server"
 	"zyvor.dev/sysbox/internal/controlplane/wire"
 	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/plans"
 )
 
 func init() {
@@ -211,8 +212,66 @@ func (a *App) agentRun(ctx context.Context, data string, j agent.Job) (string, e
 	defer os.Remove(planPath)
 	env := *a.Env
 	env.Stdout, env.Stderr, env.Stdin, env.IsTTY = j.Progress, j.Progress, nil, false
-	if code := Main(ctx, &env, []string{"apply", "--no-color", "--chdir", dir, planPath}); code != ExitOK {
+	sysbox := func(args ...string) int { return Main(ctx, &env, append(args, "--no-color", "--chdir", dir)) }
+	if j.Lease.Epoch > 1 {
+		// An earlier holder lost the lease, perhaps mid-apply: resume through the executor's
+		// checkpoint recovery (which settles the interrupted steps), not from scratch. The stored
+		// plan is stale once recovery wrote state, so what is left is planned afresh from the same
+		// revision, and applied only if every change in it is one the stored plan held.
+		fmt.Fprintf(j.Progress, "Resuming run %s at lease epoch %d: recovering the interrupted run first.\n", j.Lease.Run.ID, j.Lease.Epoch)
+		if code := sysbox("recover"); code != ExitOK {
+			return "", fmt.Errorf("run %s: recover exited %d", j.Lease.Run.ID, code)
+		}
+		rest := filepath.Join(dir, ".sysbox-run-"+j.Lease.Run.ID+".rest.plan")
+		defer os.Remove(rest)
+		args := []string{"plan", "-out", rest}
+		if j.Lease.Run.Op == "destroy" {
+			args = append(args, "-destroy")
+		}
+		if code := sysbox(args...); code != ExitOK {
+			return "", fmt.Errorf("run %s: plan after recovery exited %d", j.Lease.Run.ID, code)
+		}
+		if err := remainderOf(planPath, rest); err != nil {
+			return "", fmt.Errorf("run %s: %w", j.Lease.Run.ID, err)
+		}
+		planPath = rest
+	}
+	if code := sysbox("apply", planPath); code != ExitOK {
 		return "", fmt.Errorf("run %s: apply exited %d", j.Lease.Run.ID, code)
 	}
+	if j.Lease.Epoch > 1 {
+		return "resumed after recovery; apply complete", nil
+	}
 	return "apply complete", nil
+}
+
+// remainderOf checks that every change the plan at rest would make is one the stored plan at
+// planned held (same address, same action): after a resumed run's recovery, what is left to do
+// must be part of what was reviewed.
+func remainderOf(planned, rest string) error {
+	stored, err := plans.ReadFile(planned)
+	if err != nil {
+		return err
+	}
+	left, err := plans.ReadFile(rest)
+	if err != nil {
+		return err
+	}
+	held := map[string]plans.Action{}
+	for _, a := range stored.Actions {
+		held[a.Address.String()] = a.Action
+	}
+	var extra []string
+	for _, a := range left.Actions {
+		if a.Action == plans.NoOp || a.Action == plans.Read {
+			continue
+		}
+		if act, ok := held[a.Address.String()]; !ok || act != a.Action {
+			extra = append(extra, fmt.Sprintf("%s %s", a.Action, a.Address))
+		}
+	}
+	if len(extra) > 0 {
+		return fmt.Errorf("after recovery the lab needs changes the stored plan did not hold (%s): plan the workspace again", strings.Join(extra, ", "))
+	}
+	return nil
 }
