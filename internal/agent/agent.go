@@ -31,8 +31,15 @@ type Job struct {
 	Progress io.Writer // each line becomes a "progress" event of the run
 }
 
-// Runner executes a job and returns a one-line result.
-type Runner func(ctx context.Context, j Job) (string, error)
+// Outcome is what a runner reports: a one-line result and the workspace's resources as they
+// stand afterwards (sent as the workspace's projections, also after a failure).
+type Outcome struct {
+	Result      string
+	Projections []client.Projection
+}
+
+// Runner executes a job.
+type Runner func(ctx context.Context, j Job) (Outcome, error)
 
 // Agent is a running agent.
 type Agent struct {
@@ -103,21 +110,26 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 		bundle, err = a.Client.Revision(runCtx, l)
 	}
 	if err != nil {
-		a.finish(ctx, l, log, "", fmt.Errorf("fetch run %s: %w", l.Run.ID, err), runCtx)
+		a.finish(ctx, l, log, Outcome{}, fmt.Errorf("fetch run %s: %w", l.Run.ID, err), runCtx)
 		return
 	}
 	pw := &progress{ctx: runCtx, a: a.Client, l: l, cancel: cancel}
-	result, err := a.Run(runCtx, Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw})
+	out, err := a.Run(runCtx, Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw})
 	pw.flush()
-	a.finish(ctx, l, log, result, err, runCtx)
+	a.finish(ctx, l, log, out, err, runCtx)
 }
 
-func (a *Agent) finish(ctx context.Context, l *client.Lease, log *slog.Logger, result string, err error, runCtx context.Context) {
+func (a *Agent) finish(ctx context.Context, l *client.Lease, log *slog.Logger, out Outcome, err error, runCtx context.Context) {
 	if cause := context.Cause(runCtx); cause != nil && errors.Is(cause, client.ErrFenced) {
 		log.Warn("run abandoned: lease lost", "err", cause)
 		return
 	}
-	status := "succeeded"
+	if len(out.Projections) > 0 {
+		if perr := a.Client.Projections(ctx, l, out.Projections...); perr != nil {
+			log.Warn("projections refused", "err", perr)
+		}
+	}
+	status, result := "succeeded", out.Result
 	if err != nil {
 		status, result = "failed", err.Error()
 	}

@@ -316,6 +316,24 @@ func TestRunsLandOnCapableAgentAndApply(t *testing.T) {
 	if err != nil || !bytes.Contains(state, []byte("sysbox_node.web[1]")) {
 		t.Fatalf("agent workspace state: %v\n%s", err, state)
 	}
+	// The workspace's projections list every resource, observed, with its external id.
+	var projs []struct {
+		Address     string `json:"address"`
+		Observation string `json:"observation"`
+		ExternalID  string `json:"external_id"`
+	}
+	r.user.call("GET", "/v1/projects/"+r.project+"/workspaces/"+r.ws+"/projections", nil, &projs, 200)
+	var got []string
+	for _, p := range projs {
+		if p.ExternalID == "" || p.Observation == "" {
+			t.Errorf("projection %+v lacks its observation or external id", p)
+		}
+		got = append(got, p.Address)
+	}
+	want := []string{"sysbox_firewall.web", "sysbox_network.lan", "sysbox_node.web[0]", "sysbox_node.web[1]"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("projections %v, want %v", got, want)
+	}
 }
 
 // TestKilledAgentResumesFromCheckpoint: the agent is killed (SIGKILL, by the executor's

@@ -1,10 +1,12 @@
 package sysbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -117,7 +119,7 @@ func (a *App) runAgent(ctx context.Context, f *agentFlags) error {
 	log := slog.New(slog.NewTextHandler(a.Env.Stderr, nil)).With("agent", c.ID)
 	fmt.Fprintf(a.Env.Stdout, "sysbox agent %s (project %s) serving %s with %v\n", c.ID, c.Project, c.URL, caps)
 	ag := &agent.Agent{Client: c, Caps: caps, Log: log, Poll: f.poll, RenewEvery: f.renew,
-		Run: func(ctx context.Context, j agent.Job) (string, error) { return a.agentRun(ctx, f.data, j) }}
+		Run: func(ctx context.Context, j agent.Job) (agent.Outcome, error) { return a.agentRun(ctx, f.data, j) }}
 	return ag.Serve(ctx)
 }
 
@@ -194,11 +196,36 @@ func (a *App) agentCapabilities(only []string) ([]string, error) {
 
 // agentRun applies a claimed run exactly as `sysbox apply PLANFILE` does, in the run's
 // workspace directory, with the progress lines going to the control plane.
-func (a *App) agentRun(ctx context.Context, data string, j agent.Job) (string, error) {
+func (a *App) agentRun(ctx context.Context, data string, j agent.Job) (agent.Outcome, error) {
+	dir := filepath.Join(data, "workspaces", j.Lease.Run.Workspace)
+	result, err := a.agentApply(ctx, dir, j)
+	return agent.Outcome{Result: result, Projections: a.projections(ctx, dir)}, err
+}
+
+// projections are the workspace's resources as its state lists them (none when it has no
+// state yet).
+func (a *App) projections(ctx context.Context, dir string) []client.Projection {
+	var out bytes.Buffer
+	env := *a.Env
+	env.Stdout, env.Stderr, env.Stdin = &out, io.Discard, nil
+	if Main(ctx, &env, []string{"state", "list", "--json", "--chdir", dir}) != ExitOK {
+		return nil
+	}
+	var l stateListJSON
+	if json.Unmarshal(out.Bytes(), &l) != nil {
+		return nil
+	}
+	var ps []client.Projection
+	for _, r := range l.Resources {
+		ps = append(ps, client.Projection{Address: r.Address, Observation: r.Status, ExternalID: r.ExternalID})
+	}
+	return ps
+}
+
+func (a *App) agentApply(ctx context.Context, dir string, j agent.Job) (string, error) {
 	if j.Lease.Run.Op != "apply" && j.Lease.Run.Op != "destroy" {
 		return "", fmt.Errorf("run %s: op %q is not supported by this agent (apply, destroy)", j.Lease.Run.ID, j.Lease.Run.Op)
 	}
-	dir := filepath.Join(data, "workspaces", j.Lease.Run.Workspace)
 	if err := durable.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
