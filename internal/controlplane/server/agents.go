@@ -248,13 +248,22 @@ func (s *Server) agentRevision(w http.ResponseWriter, r *http.Request, c agentCa
 	w.Write(b)
 }
 
+// ownRun answers 404 unless the path's run belongs to the agent's project (fencing then
+// decides whether the agent may write to it).
+func (s *Server) ownRun(w http.ResponseWriter, r *http.Request, c agentCall) bool {
+	if _, err := s.store.Run(r.Context(), c.agent.Project, r.PathValue("run")); err != nil {
+		s.fail(w, r, err)
+		return false
+	}
+	return true
+}
+
 type renewed struct {
 	Expires time.Time `json:"expires"`
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, c agentCall) {
-	if _, err := s.store.Run(r.Context(), c.agent.Project, r.PathValue("run")); err != nil {
-		s.fail(w, r, err)
+	if !s.ownRun(w, r, c) {
 		return
 	}
 	exp, err := s.store.RenewLease(r.Context(), r.PathValue("run"), c.agent.ID, c.msg.Epoch, s.LeaseTTL)
@@ -289,8 +298,7 @@ func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request, c agentCal
 		}
 		evs = append(evs, store.Event{Kind: e.Kind, Data: e.Data})
 	}
-	if _, err := s.store.Run(r.Context(), c.agent.Project, r.PathValue("run")); err != nil {
-		s.fail(w, r, err)
+	if !s.ownRun(w, r, c) {
 		return
 	}
 	seqs, err := s.store.AppendEvents(r.Context(), r.PathValue("run"), c.agent.ID, c.msg.Epoch, evs)
@@ -313,8 +321,7 @@ func (s *Server) putProjections(w http.ResponseWriter, r *http.Request, c agentC
 			return
 		}
 	}
-	if _, err := s.store.Run(r.Context(), c.agent.Project, r.PathValue("run")); err != nil {
-		s.fail(w, r, err)
+	if !s.ownRun(w, r, c) {
 		return
 	}
 	if err := s.store.PutProjections(r.Context(), r.PathValue("run"), c.agent.ID, c.msg.Epoch, req); err != nil {
@@ -338,8 +345,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, c agentCall) {
 		writeErr(w, http.StatusBadRequest, "status "+req.Status+": want succeeded or failed")
 		return
 	}
-	if _, err := s.store.Run(r.Context(), c.agent.Project, r.PathValue("run")); err != nil {
-		s.fail(w, r, err)
+	if !s.ownRun(w, r, c) {
 		return
 	}
 	if err := s.store.CompleteRun(r.Context(), r.PathValue("run"), c.agent.ID, c.msg.Epoch, req.Status, req.Result); err != nil {

@@ -104,10 +104,15 @@ type env struct {
 	tokens []string // every token plaintext handed out, for the secrets check
 }
 
-func newEnv(t *testing.T) *env {
+// sqliteStore opens the SQLite store of a test's data directory.
+func sqliteStore(t *testing.T, dir string) (*store.Store, error) {
+	return store.OpenSQLite(ctx, filepath.Join(dir, "cp.db"))
+}
+
+func newEnv(t *testing.T, open func(t *testing.T, dir string) (*store.Store, error)) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := store.OpenSQLite(ctx, filepath.Join(dir, "cp.db"))
+	st, err := open(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

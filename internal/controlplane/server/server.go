@@ -223,6 +223,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// reply answers v with code, or the error as fail maps it.
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, code int, v any, err error) {
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, code, v)
+}
+
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
@@ -283,11 +292,7 @@ func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, t store.To
 		return
 	}
 	ps, err := s.store.Projects(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ps)
+	s.reply(w, r, http.StatusOK, ps, err)
 }
 
 type nameRequest struct {
@@ -308,11 +313,7 @@ func (s *Server) createProject(w http.ResponseWriter, r *http.Request, t store.T
 		return
 	}
 	p, err := s.store.CreateProject(r.Context(), req.Name)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, p)
+	s.reply(w, r, http.StatusCreated, p, err)
 }
 
 type tokenRequest struct {
@@ -347,11 +348,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, project str
 
 func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request, project string) {
 	ws, err := s.store.Workspaces(r.Context(), project)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ws)
+	s.reply(w, r, http.StatusOK, ws, err)
 }
 
 func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request, project string) {
@@ -364,29 +361,17 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request, project
 		return
 	}
 	ws, err := s.store.CreateWorkspace(r.Context(), project, req.Name)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, ws)
+	s.reply(w, r, http.StatusCreated, ws, err)
 }
 
 func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request, project string) {
 	ws, err := s.store.Workspace(r.Context(), project, r.PathValue("workspace"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ws)
+	s.reply(w, r, http.StatusOK, ws, err)
 }
 
 func (s *Server) listProjections(w http.ResponseWriter, r *http.Request, project string) {
 	ps, err := s.store.Projections(r.Context(), project, r.PathValue("workspace"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ps)
+	s.reply(w, r, http.StatusOK, ps, err)
 }
 
 func (s *Server) putRevision(w http.ResponseWriter, r *http.Request, project string) {
@@ -433,11 +418,7 @@ func (s *Server) createPlan(w http.ResponseWriter, r *http.Request, project stri
 		return
 	}
 	pl, err := s.store.PutPlan(r.Context(), project, r.PathValue("workspace"), req.Revision, req.Plan, Requirements(p))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, pl)
+	s.reply(w, r, http.StatusCreated, pl, err)
 }
 
 type runRequest struct {
@@ -458,20 +439,12 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, project strin
 		return
 	}
 	run, err := s.store.CreateRun(r.Context(), project, req.Plan, req.Op, req.Sticky)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, run)
+	s.reply(w, r, http.StatusCreated, run, err)
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request, project string) {
 	run, err := s.store.Run(r.Context(), project, r.PathValue("run"))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, run)
+	s.reply(w, r, http.StatusOK, run, err)
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, project string) {
@@ -485,20 +458,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, project stri
 		after = n
 	}
 	evs, err := s.store.Events(r.Context(), project, r.PathValue("run"), after, 1000)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, evs)
+	s.reply(w, r, http.StatusOK, evs, err)
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, project string) {
 	as, err := s.store.Agents(r.Context(), project)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, as)
+	s.reply(w, r, http.StatusOK, as, err)
 }
 
 func (s *Server) revokeAgent(w http.ResponseWriter, r *http.Request, project string) {

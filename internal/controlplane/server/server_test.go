@@ -16,12 +16,13 @@ import (
 
 	"zyvor.dev/sysbox/internal/controlplane/client"
 	"zyvor.dev/sysbox/internal/controlplane/store"
+	"zyvor.dev/sysbox/internal/controlplane/store/storetest"
 	"zyvor.dev/sysbox/internal/controlplane/wire"
 	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/testenv"
 )
 
-func TestOpenAPIDocumentServed(t *testing.T) {
-	e := newEnv(t)
+func testOpenAPIDocumentServed(t *testing.T, e *env) {
 	code, b := e.do("GET", "/v1/openapi.json", "", nil)
 	if code != 200 {
 		t.Fatalf("got %d, want 200", code)
@@ -49,8 +50,7 @@ func TestOpenAPIDocumentServed(t *testing.T) {
 	}
 }
 
-func TestAdminTokenWrittenAtFirstStart(t *testing.T) {
-	e := newEnv(t)
+func testAdminTokenWrittenAtFirstStart(t *testing.T, e *env) {
 	path := filepath.Join(e.dir, AdminTokenFile)
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -73,8 +73,7 @@ func TestAdminTokenWrittenAtFirstStart(t *testing.T) {
 	e.want(200, "GET", "/v1/projects", e.admin, nil, nil)
 }
 
-func TestTokensScopeProjects(t *testing.T) {
-	e := newEnv(t)
+func testTokensScopeProjects(t *testing.T, e *env) {
 	pa, ta, wa := e.project("red")
 	pb, tb, _ := e.project("blue")
 	run := e.queue(pa, ta, wa, "netns")
@@ -114,8 +113,7 @@ func TestTokensScopeProjects(t *testing.T) {
 	}
 }
 
-func TestRevisionsContentAddressed(t *testing.T) {
-	e := newEnv(t)
+func testRevisionsContentAddressed(t *testing.T, e *env) {
 	p, tok, _ := e.project("red")
 	var r1, r2 store.Revision
 	e.want(201, "POST", "/v1/projects/"+p+"/revisions", tok, []byte("bundle"), &r1)
@@ -125,8 +123,7 @@ func TestRevisionsContentAddressed(t *testing.T) {
 	}
 }
 
-func TestAgentRunLifecycle(t *testing.T) {
-	e := newEnv(t)
+func testAgentRunLifecycle(t *testing.T, e *env) {
 	p, tok, ws := e.project("red")
 	nsOnly := e.join(p, "ns-host", "driver:netns", "nftables")
 	docker := e.join(p, "docker-host", "driver:netns", "driver:docker", "docker-socket")
@@ -196,8 +193,7 @@ func TestAgentRunLifecycle(t *testing.T) {
 	}
 }
 
-func TestZombieAgentFenced(t *testing.T) {
-	e := newEnv(t)
+func testZombieAgentFenced(t *testing.T, e *env) {
 	p, tok, ws := e.project("red")
 	a := e.join(p, "a", "driver:netns")
 	b := e.join(p, "b", "driver:netns")
@@ -269,8 +265,7 @@ func raw(t *testing.T, e *env, m wire.Message, key ed25519.PrivateKey, mutate fu
 	return resp.StatusCode
 }
 
-func TestAgentAuthenticationFailures(t *testing.T) {
-	e := newEnv(t)
+func testAgentAuthenticationFailures(t *testing.T, e *env) {
 	p, _, _ := e.project("red")
 	a := e.join(p, "a", "driver:netns")
 	revoked := e.join(p, "r", "driver:netns")
@@ -338,8 +333,7 @@ func TestAgentAuthenticationFailures(t *testing.T) {
 	}
 }
 
-func TestAnswersSignedByServer(t *testing.T) {
-	e := newEnv(t)
+func testAnswersSignedByServer(t *testing.T, e *env) {
 	p, _, _ := e.project("red")
 	a := e.join(p, "a", "driver:netns")
 	// An agent pinned to another server key refuses the answer.
@@ -355,7 +349,7 @@ func TestAnswersSignedByServer(t *testing.T) {
 }
 
 func TestNoSecretInDatabaseOrLog(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, sqliteStore)
 	p, tok, ws := e.project("red")
 	ag := e.join(p, "a", "driver:netns")
 	e.queue(p, tok, ws, "netns")
@@ -387,5 +381,37 @@ func TestNoSecretInDatabaseOrLog(t *testing.T) {
 	// The hashes are there (the check looks at the right bytes).
 	if !bytes.Contains(blobs[0], []byte(store.HashToken(tok))) {
 		t.Fatal("the database file does not hold the project token's hash: the grep looked at the wrong bytes")
+	}
+}
+
+// cases run on every database the server supports.
+var cases = []struct {
+	name string
+	fn   func(t *testing.T, e *env)
+}{
+	{"OpenAPIDocumentServed", testOpenAPIDocumentServed},
+	{"AdminTokenWrittenAtFirstStart", testAdminTokenWrittenAtFirstStart},
+	{"TokensScopeProjects", testTokensScopeProjects},
+	{"RevisionsContentAddressed", testRevisionsContentAddressed},
+	{"AgentRunLifecycle", testAgentRunLifecycle},
+	{"ZombieAgentFenced", testZombieAgentFenced},
+	{"AgentAuthenticationFailures", testAgentAuthenticationFailures},
+	{"AnswersSignedByServer", testAnswersSignedByServer},
+}
+
+func TestServerSQLite(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, newEnv(t, sqliteStore)) })
+	}
+}
+
+// TestServerPostgres runs the same cases on PostgreSQL (daemon tier), each in a fresh schema.
+func TestServerPostgres(t *testing.T) {
+	dsn := testenv.RequireEnv(t, "SYSBOX_TEST_PG_DSN")
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := storetest.PostgresSchema(t, dsn)
+			c.fn(t, newEnv(t, func(t *testing.T, dir string) (*store.Store, error) { return store.OpenPostgres(ctx, d) }))
+		})
 	}
 }

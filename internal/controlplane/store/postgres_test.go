@@ -2,55 +2,18 @@ package store_test
 
 import (
 	"context"
-	"fmt"
-	"net/url"
-	"os"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"zyvor.dev/sysbox/internal/controlplane/store"
 	"zyvor.dev/sysbox/internal/controlplane/store/storetest"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
-var schemaSeq atomic.Int64
-
-// freshSchema creates a schema of its own for t in the database of dsn, dropped when t ends,
-// and returns a dsn whose connections use it.
-func freshSchema(t *testing.T, dsn string) string {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := store.OpenPostgres(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := fmt.Sprintf("cp_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, schemaSeq.Add(1))
-	if _, err := admin.DB().ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
-		admin.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		defer admin.Close()
-		if _, err := admin.DB().ExecContext(ctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 func TestConformancePostgres(t *testing.T) {
 	dsn := testenv.RequireEnv(t, "SYSBOX_TEST_PG_DSN")
 	storetest.Run(t, storetest.Harness{
 		Fresh: func(t *testing.T) func() (*store.Store, error) {
-			d := freshSchema(t, dsn)
+			d := storetest.PostgresSchema(t, dsn)
 			return func() (*store.Store, error) { return store.OpenPostgres(context.Background(), d) }
 		},
 	})
