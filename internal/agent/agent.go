@@ -48,7 +48,7 @@ type Agent struct {
 	Caps   []string
 	Log    *slog.Logger
 	// Poll is the wait between claims when nothing is queued; RenewEvery the renewal period
-	// (a third of the server's lease TTL).
+	// (0: a third of the lease's TTL as the server granted it).
 	Poll, RenewEvery time.Duration
 }
 
@@ -84,7 +84,7 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(a.RenewEvery)
+		t := time.NewTicker(a.renewEvery(l))
 		defer t.Stop()
 		for {
 			select {
@@ -117,6 +117,17 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	out, err := a.Run(runCtx, Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw})
 	pw.flush()
 	a.finish(ctx, l, log, out, err, runCtx)
+}
+
+// renewEvery is the renewal period for l: RenewEvery, or a third of the lease's TTL.
+func (a *Agent) renewEvery(l *client.Lease) time.Duration {
+	if a.RenewEvery > 0 {
+		return a.RenewEvery
+	}
+	if d := time.Duration(l.TTLSeconds * float64(time.Second) / 3); d > 0 {
+		return d
+	}
+	return time.Second // a lease without a TTL: renew often rather than lose it
 }
 
 func (a *Agent) finish(ctx context.Context, l *client.Lease, log *slog.Logger, out Outcome, err error, runCtx context.Context) {

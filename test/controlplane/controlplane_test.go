@@ -204,7 +204,7 @@ func (r *rig) agent(name, drivers string, env ...string) (*proc, string) {
 		env = append(env, "SYSBOX_JOIN_TOKEN="+j.Token)
 	}
 	env = append(env, "SYSBOX_TEST_FAKE_WORLD="+filepath.Join(r.work, "world-"+name+".json"))
-	p := start(r.t, env, "agent", "--server", r.url, "--data", data, "--name", name, "--drivers", drivers, "--poll", "100ms", "--renew-every", "1s")
+	p := start(r.t, env, "agent", "--server", r.url, "--data", data, "--name", name, "--drivers", drivers, "--poll", "100ms")
 	return p, strings.Fields(p.waitLine(r.t, "sysbox agent "))[2]
 }
 

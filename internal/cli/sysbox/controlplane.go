@@ -96,7 +96,7 @@ run's events. Each run's workspace lives under DIR/workspaces.`,
 	cmd.Flags().StringVar(&f.name, "name", "", "agent `NAME` (default: the host name)")
 	cmd.Flags().StringSliceVar(&f.drivers, "drivers", nil, "offer only these `NAMES` of the built-in drivers (default: all)")
 	cmd.Flags().DurationVar(&f.poll, "poll", 2*time.Second, "wait between claims when nothing is queued")
-	cmd.Flags().DurationVar(&f.renew, "renew-every", 10*time.Second, "lease renewal period (a third of the server's lease TTL)")
+	cmd.Flags().DurationVar(&f.renew, "renew-every", 0, "lease renewal period (default: a third of the lease's TTL as the server grants it)")
 	return cmd
 }
 

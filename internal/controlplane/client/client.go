@@ -186,6 +186,8 @@ type Lease struct {
 	Run     Run       `json:"run"`
 	Epoch   int64     `json:"epoch"`
 	Expires time.Time `json:"expires"`
+	// TTLSeconds is the lease's length as the server granted it.
+	TTLSeconds float64 `json:"ttl_seconds"`
 }
 
 // Claim asks for a run; nil when there is none.

@@ -138,8 +138,8 @@ func testAgentRunLifecycle(t *testing.T, e *env) {
 		t.Fatalf("netns-only agent claiming a docker run: got %+v, %v; want nothing", l, err)
 	}
 	l, err := docker.Claim(ctx)
-	if err != nil || l == nil || l.Run.ID != run.ID || l.Epoch != 1 {
-		t.Fatalf("docker agent: got %+v, %v; want run %s at epoch 1", l, err, run.ID)
+	if err != nil || l == nil || l.Run.ID != run.ID || l.Epoch != 1 || l.TTLSeconds != e.srv.LeaseTTL.Seconds() {
+		t.Fatalf("docker agent: got %+v, %v; want run %s at epoch 1 with the server's TTL %v", l, err, run.ID, e.srv.LeaseTTL)
 	}
 	plan, err := docker.Plan(ctx, l)
 	if err != nil {

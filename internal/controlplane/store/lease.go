@@ -15,6 +15,8 @@ type Lease struct {
 	Agent   string    `json:"agent"`
 	Epoch   int64     `json:"epoch"`
 	Expires time.Time `json:"expires"`
+	// TTLSeconds is the lease's length; the holder renews at a third of it.
+	TTLSeconds float64 `json:"ttl_seconds"`
 }
 
 // claimable is the condition under which a run may be claimed at time now (the second
@@ -63,7 +65,7 @@ func (s *Store) ClaimRun(ctx context.Context, project, agent string, caps []stri
 			continue // another claimer won this one
 		}
 		r.Status, r.Agent, r.Epoch, r.LeaseExpires = RunRunning, agent, r.Epoch+1, timeOf(expires)
-		return Lease{Run: r, Agent: agent, Epoch: r.Epoch, Expires: r.LeaseExpires}, nil
+		return Lease{Run: r, Agent: agent, Epoch: r.Epoch, Expires: r.LeaseExpires, TTLSeconds: ttl.Seconds()}, nil
 	}
 	return Lease{}, ErrNoRun
 }
