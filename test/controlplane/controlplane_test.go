@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"zyvor.dev/sysbox/internal/agent"
+	"zyvor.dev/sysbox/internal/controlplane/store"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -42,6 +43,9 @@ resource "sysbox_node" "web" {
   count   = 2
   driver  = "netns"
   command = ["sleep", "infinity"]
+  environment = {
+    TOKEN = env("WEB_TOKEN")
+  }
   attachment "lan" {
     network = sysbox_network.lan
     ipv4    = ["198.51.100.${10 + count.index}/24"]
@@ -53,6 +57,10 @@ resource "sysbox_firewall" "web" {
   default_input = "drop"
 }
 `
+
+// secret is the plaintext behind the topology's env("WEB_TOKEN"); it must reach the driver
+// call on the agent and nothing of the control plane.
+const secret = "cp-test-web-token-plaintext"
 
 // proc is a running sysbox process whose output is collected.
 type proc struct {
@@ -72,7 +80,7 @@ func (p *proc) output() string {
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	c := exec.Command(binary, args...)
-	c.Env = append(os.Environ(), env...)
+	c.Env = append(append(os.Environ(), "WEB_TOKEN="+secret), env...)
 	r, w := io.Pipe()
 	c.Stdout, c.Stderr = w, w
 	p := &proc{cmd: c, line: make(chan string, 1000)}
@@ -167,6 +175,7 @@ type obj struct {
 // rig is a server process with a project, a user token and a workspace.
 type rig struct {
 	t       *testing.T
+	srv     *proc
 	work    string
 	url     string
 	admin   api
@@ -183,7 +192,7 @@ func newRig(t *testing.T, leaseTTL string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, work: work, url: url, admin: api{t, url, strings.TrimSpace(string(tok))}}
+	r := &rig{t: t, srv: srv, work: work, url: url, admin: api{t, url, strings.TrimSpace(string(tok))}}
 	var project, user, ws obj
 	r.admin.call("POST", "/v1/projects", map[string]string{"name": "range"}, &project, 201)
 	r.admin.call("POST", "/v1/projects/"+project.ID+"/tokens", map[string]string{"kind": "project", "name": "ci"}, &user, 201)
@@ -216,7 +225,7 @@ func (r *rig) queue(sticky bool) string {
 	os.MkdirAll(lab, 0o755)
 	os.WriteFile(filepath.Join(lab, "main.sysbox.hcl"), []byte(topology), 0o644)
 	plan := exec.Command(binary, "plan", "-out", filepath.Join(r.work, "lab.plan"), "--no-color")
-	plan.Dir, plan.Env = lab, append(os.Environ(), "SYSBOX_TEST_FAKE_WORLD="+filepath.Join(r.work, "world-local.json"))
+	plan.Dir, plan.Env = lab, append(os.Environ(), "WEB_TOKEN="+secret, "SYSBOX_TEST_FAKE_WORLD="+filepath.Join(r.work, "world-local.json"))
 	if out, err := plan.CombinedOutput(); err != nil {
 		t.Fatalf("local plan: %v\n%s", err, out)
 	}
@@ -333,6 +342,41 @@ func TestRunsLandOnCapableAgentAndApply(t *testing.T) {
 	want := []string{"sysbox_firewall.web", "sysbox_network.lan", "sysbox_node.web[0]", "sysbox_node.web[1]"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("projections %v, want %v", got, want)
+	}
+	r.noSecrets()
+}
+
+// noSecrets greps the server's database files and log, and the agents' logs, for the
+// topology's secret and for every token the server handed out in plaintext.
+func (r *rig) noSecrets() {
+	t := r.t
+	t.Helper()
+	secrets := []string{secret, r.admin.token, r.user.token}
+	var places []string
+	files, _ := filepath.Glob(filepath.Join(r.work, "server", "controlplane.db*"))
+	if len(files) == 0 {
+		t.Fatal("no database file to grep")
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		places = append(places, string(b))
+	}
+	places = append(places, r.srv.output())
+	for _, p := range places {
+		for _, s := range secrets {
+			if strings.Contains(p, s) {
+				t.Fatalf("the control plane holds a secret (%d bytes) in plaintext", len(s))
+			}
+		}
+	}
+	// The grep looked at the right bytes: the database holds the secret's reference (in the
+	// revision) and the user token's hash.
+	db := strings.Join(places[:len(files)], "")
+	if !strings.Contains(db, `env(\"WEB_TOKEN\")`) || !strings.Contains(db, store.HashToken(r.user.token)) {
+		t.Fatal("the database files hold neither the secret's reference nor the token's hash: the grep proves nothing")
 	}
 }
 
