@@ -412,6 +412,10 @@ func (s *Server) createPlan(w http.ResponseWriter, r *http.Request, project stri
 	if !decode(w, r, &req) {
 		return
 	}
+	if req.Revision == "" {
+		writeErr(w, http.StatusBadRequest, "plan: no revision (the topology bundle the plan was made from; agents apply it)")
+		return
+	}
 	p, err := plans.Decode(req.Plan)
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, "plan: "+err.Error())

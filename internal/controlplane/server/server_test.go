@@ -107,7 +107,8 @@ func testTokensScopeProjects(t *testing.T, e *env) {
 	e.want(401, "GET", "/v1/projects", "", nil, nil)
 	e.want(401, "GET", "/v1/projects", ta+"x", nil, nil)
 	e.want(200, "GET", "/v1/projects/"+pa+"/runs/"+run.ID, ta, nil, nil)
-	e.want(400, "POST", "/v1/projects/"+pa+"/workspaces/"+wa+"/plans", ta, map[string]any{"plan": []byte("not a plan")}, nil)
+	e.want(400, "POST", "/v1/projects/"+pa+"/workspaces/"+wa+"/plans", ta, map[string]any{"revision": run.Plan, "plan": []byte("not a plan")}, nil)
+	e.want(400, "POST", "/v1/projects/"+pa+"/workspaces/"+wa+"/plans", ta, map[string]any{"plan": planFile(t, "netns")}, nil)
 	if strings.Contains(e.log.String(), tb) || strings.Contains(e.log.String(), ta) {
 		t.Fatal("the log holds a token")
 	}
