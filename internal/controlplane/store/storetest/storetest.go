@@ -120,6 +120,7 @@ func newFixture(t *testing.T, s *store.Store, name string, caps ...string) fixtu
 	return fixture{p, w, pl}
 }
 
+// must2 is ok for PutRevision's two values.
 func must2(t *testing.T) func(store.Revision, bool, error) (store.Revision, bool) {
 	return func(r store.Revision, c bool, err error) (store.Revision, bool) {
 		t.Helper()
