@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"zyvor.dev/sysbox/internal/controlplane/store"
+	"zyvor.dev/sysbox/internal/backend/postgres"
 )
 
 var schemaSeq atomic.Int64
@@ -20,18 +20,19 @@ var schemaSeq atomic.Int64
 func PostgresSchema(t *testing.T, dsn string) string {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := store.OpenPostgres(ctx, dsn)
+	// A plain connection: opening a store would migrate the dsn's own schema.
+	admin, _, err := postgres.OpenDB(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	schema := fmt.Sprintf("cp_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e9, schemaSeq.Add(1))
-	if _, err := admin.DB().ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+	if _, err := admin.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
 		admin.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		defer admin.Close()
-		if _, err := admin.DB().ExecContext(ctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
+		if _, err := admin.ExecContext(ctx, `DROP SCHEMA `+schema+` CASCADE`); err != nil {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
