@@ -84,6 +84,8 @@ var Rules = []Rule{
 		From: under(guestagent), Forbid: anyPkg},
 	{Name: "cmd/sysbox-guest (runs inside guests) links only internal/guestagent of the module, never the sysbox runtime",
 		From: under(`cmd/sysbox-guest`), Forbid: anyPkg, Allow: under(guestagent)},
+	{Name: "the control plane (API server, its store) holds no host rights: it imports no driver, fake, executor, agent, CLI or cmd; host work reaches it only from agents over the signed protocol",
+		From: under(`internal/controlplane`), Forbid: under(drivers, fake, executor, `internal/agent`, cli, `cmd`)},
 	{Name: "nothing but cmd/ imports the CLI",
 		From: anyPkg, Except: under(`cmd`, cli), Forbid: under(cli)},
 }

@@ -49,6 +49,9 @@ func TestRulesCatchBadImports(t *testing.T) {
 		{"internal/states", "internal/backend/local"},
 		{"internal/backend/local", "internal/plans"},
 		{"internal/api", "drivers/docker"},
+		{"internal/controlplane/server", "drivers/netns"},
+		{"internal/controlplane/store", "internal/executor"},
+		{"internal/controlplane/server", "internal/agent"},
 		{"internal/handlers", "internal/driver/fake"},
 		{"fluxvm/upgrade", "internal/states"},
 		{"internal/guestagent", "internal/durable"},
@@ -70,6 +73,7 @@ func TestRulesCatchBadImports(t *testing.T) {
 		{"fluxvm/upgrade", "internal/durable"},
 		{"drivers/libvirt", "internal/guestagent"},
 		{"cmd/sysbox-guest", "internal/guestagent"},
+		{"internal/controlplane/store", "internal/backend/sqlstore"},
 	} {
 		if got := Violations([]Package{{Path: tc.from, Imports: []string{tc.imp}}}, Rules); len(got) != 0 {
 			t.Errorf("%s importing %s: %s, want allowed", tc.from, tc.imp, strings.Join(got, "; "))

@@ -45,17 +45,27 @@ func ReadFile(path string) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read plan: %w", err)
 	}
+	p, err := Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("read plan %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Decode checks and decodes the bytes of a stored plan file (as ReadFile does; the control
+// plane receives plan files over HTTP).
+func Decode(b []byte) (*Plan, error) {
 	var p Plan
 	if _, err := durable.DecodeRecord([]byte(strings.TrimSpace(string(b))), RecordKind, recordVersion, &p); err != nil {
-		return nil, fmt.Errorf("read plan %s: %w", path, err)
+		return nil, err
 	}
 	// Files written before the payload dropped its copy of the version say "1" there.
 	if p.FormatVersion != "" && p.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("read plan %s: %w: payload says plan format %q", path, durable.ErrCorrupt, p.FormatVersion)
+		return nil, fmt.Errorf("%w: payload says plan format %q", durable.ErrCorrupt, p.FormatVersion)
 	}
 	p.FormatVersion = FormatVersion
 	if err := checkFingerprint(&p); err != nil {
-		return nil, fmt.Errorf("read plan %s: %w: %w", path, durable.ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", durable.ErrCorrupt, err)
 	}
 	return &p, nil
 }

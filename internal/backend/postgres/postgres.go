@@ -18,7 +18,8 @@ type Backend = sqlstore.Store
 // migrationLock is the advisory lock key serialising table creation ("sysbox" in ASCII).
 const migrationLock = 0x737973626f78
 
-var dialect = sqlstore.Dialect{
+// Dialect is PostgreSQL's sqlstore dialect (also used by the control plane's store).
+var Dialect = sqlstore.Dialect{
 	Kind:      "postgres",
 	Numbered:  true,
 	Blob:      "BYTEA",
@@ -44,24 +45,34 @@ var dialect = sqlstore.Dialect{
 
 // New connects to dsn and returns the state called name in it.
 func New(ctx context.Context, dsn, name string) (*Backend, error) {
-	if dsn == "" {
-		return nil, fmt.Errorf("postgres backend: no dsn")
-	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("postgres backend: dsn: %s", redact(err.Error(), dsn))
-	}
 	if name == "" {
 		name = "default"
 	}
-	location := fmt.Sprintf("postgres://%s@%s:%d/%s#%s", cfg.User, cfg.Host, cfg.Port, cfg.Database, name)
+	db, location, err := OpenDB(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres backend: %w", err)
+	}
+	return sqlstore.New(ctx, db, Dialect, name, location+"#"+name)
+}
+
+// OpenDB connects to dsn and checks the connection. It returns the database and a location
+// (postgres://user@host:port/db) that holds no password; errors hold none either.
+func OpenDB(ctx context.Context, dsn string) (*sql.DB, string, error) {
+	if dsn == "" {
+		return nil, "", fmt.Errorf("no dsn")
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("dsn: %s", redact(err.Error(), dsn))
+	}
+	location := fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(4)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("postgres backend %s: %s", location, redact(err.Error(), cfg.Password))
+		return nil, "", fmt.Errorf("%s: %s", location, redact(err.Error(), cfg.Password))
 	}
-	return sqlstore.New(ctx, db, dialect, name, location)
+	return db, location, nil
 }
 
 // Open builds a backend from settings: "dsn", "name" (the state's name in the database,

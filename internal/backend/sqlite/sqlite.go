@@ -20,7 +20,8 @@ type Backend = sqlstore.Store
 // DefaultPath is the database used when no path is configured.
 const DefaultPath = "sysbox.state.db"
 
-var dialect = sqlstore.Dialect{
+// Dialect is SQLite's sqlstore dialect (also used by the control plane's store).
+var Dialect = sqlstore.Dialect{
 	Kind:   "sqlite",
 	Blob:   "BLOB",
 	AutoID: "INTEGER PRIMARY KEY AUTOINCREMENT",
@@ -44,15 +45,30 @@ func New(ctx context.Context, path, name string) (*Backend, error) {
 	if path == "" {
 		path = DefaultPath
 	}
-	abs, err := filepath.Abs(path)
+	db, abs, err := OpenDB(path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite backend %s: %w", path, err)
 	}
+	if name == "" {
+		name = "default"
+	}
+	return sqlstore.New(ctx, db, Dialect, name, abs+"#"+name)
+}
+
+// OpenDB opens (creating it and its directory if needed) the SQLite database at path with the
+// settings every sysbox store uses: WAL, synchronous FULL, a 30 s busy timeout and IMMEDIATE
+// transactions (a transaction takes the write lock when it begins, so read-then-write
+// transactions serialise instead of failing). It returns the absolute path too.
+func OpenDB(path string) (*sql.DB, string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, "", err
+	}
 	if strings.ContainsAny(abs, "?#") {
-		return nil, fmt.Errorf("sqlite backend %s: a path may not contain '?' or '#'", abs)
+		return nil, "", fmt.Errorf("%s: a path may not contain '?' or '#'", abs)
 	}
 	if err := durable.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
-		return nil, fmt.Errorf("sqlite backend %s: %w", path, err)
+		return nil, "", err
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(30000)")
@@ -61,12 +77,9 @@ func New(ctx context.Context, path, name string) (*Backend, error) {
 	q.Set("_txlock", "immediate")
 	db, err := sql.Open("sqlite", "file:"+abs+"?"+q.Encode())
 	if err != nil {
-		return nil, fmt.Errorf("sqlite backend %s: %w", abs, err)
+		return nil, "", fmt.Errorf("%s: %w", abs, err)
 	}
-	if name == "" {
-		name = "default"
-	}
-	return sqlstore.New(ctx, db, dialect, name, abs+"#"+name)
+	return db, abs, nil
 }
 
 // Open builds a backend from settings: "path", "name" (the state's name in the database,

@@ -74,8 +74,12 @@ func New(ctx context.Context, db *sql.DB, d Dialect, name, location string) (*St
 }
 
 // q rewrites "?" placeholders for the dialect.
-func (s *Store) q(query string) string {
-	if !s.d.Numbered {
+func (s *Store) q(query string) string { return s.d.Rebind(query) }
+
+// Rebind rewrites the "?" placeholders of query for the dialect ($1, $2, ... where numbered).
+// Queries must not hold a literal "?".
+func (d Dialect) Rebind(query string) string {
+	if !d.Numbered {
 		return query
 	}
 	var b strings.Builder

@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"zyvor.dev/sysbox/internal/durable"
+)
+
+// A bundle is a topology directory as one content-addressable document: {"files": {relative
+// slash path: content}}. encoding/json sorts map keys, so the same files give the same bytes
+// (and the same revision digest).
+type bundle struct {
+	Files map[string]string `json:"files"`
+}
+
+// MaxBundle bounds a bundle's size.
+const MaxBundle = 32 << 20
+
+// PackDir bundles the topology files of dir: every regular file except hidden ones (the
+// .sysbox directory holds state and checkpoints, which are not topology).
+func PackDir(dir string) ([]byte, error) {
+	b := bundle{Files: map[string]string{}}
+	size := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel != "." && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		c, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if size += len(c); size > MaxBundle {
+			return fmt.Errorf("more than %d bytes of files", MaxBundle)
+		}
+		b.Files[filepath.ToSlash(rel)] = string(c)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", dir, err)
+	}
+	return json.Marshal(b)
+}
+
+// Unpack writes a bundle's files into dir (durably). A name that is absolute, climbs out of
+// dir or is hidden is refused before anything is written.
+func Unpack(data []byte, dir string) error {
+	var b bundle
+	if err := json.Unmarshal(data, &b); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	for name := range b.Files {
+		clean := path.Clean(name)
+		if clean != name || path.IsAbs(name) || clean == "." || strings.HasPrefix(clean, "../") || clean == ".." {
+			return fmt.Errorf("bundle: file name %q leaves the workspace", name)
+		}
+		for _, part := range strings.Split(clean, "/") {
+			if strings.HasPrefix(part, ".") {
+				return fmt.Errorf("bundle: file name %q is hidden", name)
+			}
+		}
+	}
+	for name, content := range b.Files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := durable.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("bundle: %s: %w", name, err)
+		}
+		if err := durable.WriteFile(p, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("bundle: %s: %w", name, err)
+		}
+	}
+	return nil
+}
