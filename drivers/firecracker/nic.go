@@ -105,6 +105,11 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 			return substrate.AttachmentState{}, fmt.Errorf("%s: mac %s already used by attachment %s: %w", what, n.MAC, name, driver.ErrInvalid)
 		}
 	}
+	// The intent covers only a name that is free now: an unmarked link already holding it is
+	// someone else's and is never adopted.
+	if l, err := netlink.LinkByName(n.TAP); err == nil && l.Attrs().Alias == "" && !r.pending(n.TAP) {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: an unmarked %s already holds the TAP name %s: %w", what, l.Type(), n.TAP, driver.ErrNotOwned)
+	}
 	if !r.pending(n.TAP) {
 		r.PendingTAPs = append(r.PendingTAPs, n.TAP)
 		if err := d.writeRecord(r); err != nil {
