@@ -110,6 +110,9 @@ func harness(t *testing.T, d *Driver) drivertest.Harness {
 		Unreachable: func(t drivertest.T) (driver.Driver, func()) {
 			return New(Options{Binary: simBinary, StateDir: drivertest.NotADirectory(t)}), func() {}
 		},
+		Artifact: func(drivertest.T) substrate.ArtifactSpec {
+			return substrate.ArtifactSpec{Kind: KindRootfs, Source: art.rootfs.Source}
+		},
 		Foreign: func(t drivertest.T, _ string, o substrate.Owner, _ substrate.Handle) func() bool {
 			return foreignVMM(t, filepath.Join(d.stateDir, NodeName(o)))
 		},

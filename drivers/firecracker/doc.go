@@ -3,7 +3,8 @@
 // internal/fcsim/firecracker-api.yaml, Swagger 2.0 v1.17) by the small client in this package;
 // an attachment is a TAP device on the network's sysbox bridge.
 //
-// Capabilities: node-lifecycle, nic, node-state, reset, audit.
+// Capabilities: artifact (local rootfs images and kernels, by sha256), node-lifecycle, nic,
+// node-state, reset, audit.
 //
 // Invariants:
 //   - Names: a node generation is "fc-<10 hex of the owner>-g<generation>" (its directory under

@@ -76,7 +76,7 @@ func Register(r *driver.Registry) error { return r.Register(New(Options{})) }
 // Descriptor declares the capabilities below.
 func (d *Driver) Descriptor() driver.Descriptor {
 	return driver.Descriptor{Name: Name, Version: Version, Capabilities: []driver.Capability{
-		driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapReset, driver.CapAudit}}
+		driver.CapArtifact, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapReset, driver.CapAudit}}
 }
 
 // NodeName is the node generation's name: its directory, the VMM's --id, the handle's external
