@@ -283,3 +283,49 @@ func TestRootfsGenerations(t *testing.T) {
 		t.Fatalf("a VMM (pid %d) was started for a refused baseline", r.PID)
 	}
 }
+
+// TestRecoverVMM: a create retried after the VMM died adopts the node and starts a fresh,
+// configured process; a stopped node starts again with its whole pre-boot configuration
+// (network interface included) sent to a new process.
+func TestRecoverVMM(t *testing.T) {
+	e := newKernelEnv(t)
+	ctx := context.Background()
+	o := e.owner("vm")
+	spec := e.art.spec(o)
+	h, err := e.d.CreateNode(ctx, spec)
+	must(t, err)
+	r1, err := e.d.readRecord(h.ExternalID)
+	must(t, err)
+	must(t, syscall.Kill(r1.PID, syscall.SIGKILL)) // a crash, not a driver call
+	h2, err := e.d.CreateNode(ctx, spec)
+	must(t, err)
+	r2, err := e.d.readRecord(h2.ExternalID)
+	must(t, err)
+	if h2.ExternalID != h.ExternalID || r2.PID == r1.PID || !isOurVMM(r2.PID, r2.StartTime, r2.Socket) {
+		t.Fatalf("retried create: handle %s pid %d (was %s pid %d); want the same node with a new live VMM", h2.ExternalID, r2.PID, h.ExternalID, r1.PID)
+	}
+	_, err = e.d.Attach(ctx, h, substrate.AttachmentSpec{Owner: o, Node: o.Address, Name: "eth0", Network: e.br, MAC: "02:00:c6:33:64:0a"})
+	must(t, err)
+	must(t, e.d.StartNode(ctx, h, spec))
+	must(t, e.d.StopNode(ctx, h, o))
+	if obs, err := e.d.ObserveNode(ctx, h, o); err != nil || obs.Status != substrate.Degraded {
+		t.Fatalf("ObserveNode after stop: got %s, %v; want degraded", obs.Status, err)
+	}
+	before := len(e.requests(t))
+	must(t, e.d.StartNode(ctx, h, spec))
+	var ops []string
+	for _, r := range e.requests(t)[before:] {
+		if r.Status >= 300 {
+			t.Errorf("the VMM refused %s %s: %s", r.Method, r.Path, r.Fault)
+		}
+		ops = append(ops, r.Method+" "+r.Path)
+	}
+	want := []string{"GET /", "PUT /machine-config", "PUT /boot-source", "PUT /drives/rootfs",
+		"PUT /network-interfaces/eth0", "GET /", "PUT /vsock", "PUT /actions"}
+	if strings.Join(ops, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("restart requests:\n  %s\nwant:\n  %s", strings.Join(ops, "\n  "), strings.Join(want, "\n  "))
+	}
+	if obs, err := e.d.ObserveNode(ctx, h, o); err != nil || obs.Status != substrate.Present || obs.Attributes["state"] != string(StateRunning) {
+		t.Fatalf("ObserveNode after restart: got %+v, %v; want present, Running", obs, err)
+	}
+}

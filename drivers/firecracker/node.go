@@ -24,11 +24,12 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	}
 	name := NodeName(o)
 	what := fmt.Sprintf("firecracker node %s (%s)", o.Address, name)
-	if spec.Artifact == nil || !filepath.IsAbs(spec.Artifact.Source) {
-		return substrate.Handle{}, fmt.Errorf("%s: needs a rootfs artifact with an absolute source path: %w", what, driver.ErrInvalid)
+	rootfs, kernel := artifactPath(spec.Artifact), artifactPath(spec.Kernel)
+	if rootfs == "" {
+		return substrate.Handle{}, fmt.Errorf("%s: needs a rootfs artifact resolved to an absolute path: %w", what, driver.ErrInvalid)
 	}
-	if spec.Kernel == nil || !filepath.IsAbs(spec.Kernel.Source) {
-		return substrate.Handle{}, fmt.Errorf("%s: needs a kernel artifact (an uncompressed ELF vmlinux) with an absolute source path: %w", what, driver.ErrInvalid)
+	if kernel == "" {
+		return substrate.Handle{}, fmt.Errorf("%s: needs a kernel artifact (an uncompressed ELF vmlinux) resolved to an absolute path: %w", what, driver.ErrInvalid)
 	}
 	m := MachineConfig{VCPUCount: spec.CPUs, MemSizeMiB: spec.MemoryMB}
 	if m.VCPUCount == 0 {
@@ -53,8 +54,8 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 		}
 		r = nodeRecord{Name: name, Marker: o.Marker(), Socket: filepath.Join(dir, apiSock), Generation: o.Generation,
-			Kernel: spec.Kernel.Source, BootArgs: defaultBootArgs, Rootfs: filepath.Join(dir, rootfsFile),
-			Baseline: spec.Artifact.Source, VCPUs: m.VCPUCount, MemMiB: m.MemSizeMiB}
+			Kernel: kernel, BootArgs: defaultBootArgs, Rootfs: filepath.Join(dir, rootfsFile),
+			Baseline: rootfs, VCPUs: m.VCPUCount, MemMiB: m.MemSizeMiB}
 		if err := d.writeRecord(r); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 		}
@@ -70,7 +71,7 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 		}
 	}
 	if _, err := os.Stat(r.Rootfs); errors.Is(err, os.ErrNotExist) {
-		if err := copyRootfs(spec.Artifact.Source, r.Rootfs, spec.Artifact.Digest); err != nil {
+		if err := copyRootfs(rootfs, r.Rootfs, spec.Artifact.Digest); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -78,6 +79,20 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return nodeHandle(r, dir), nil
+}
+
+// artifactPath is where a resolved artifact lives: its Ref (what ResolveArtifact set, the
+// absolute path) or else an absolute Source; "" when neither is.
+func artifactPath(id *substrate.ArtifactIdentity) string {
+	switch {
+	case id == nil:
+		return ""
+	case filepath.IsAbs(id.Ref):
+		return id.Ref
+	case filepath.IsAbs(id.Source):
+		return id.Source
+	}
+	return ""
 }
 
 // boot starts a fresh VMM process for r and sends its pre-boot configuration (machine, kernel,
