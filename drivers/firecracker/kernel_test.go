@@ -1,10 +1,13 @@
 package firecracker
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/drivers/firecracker/internal/fcsim"
 	"zyvor.dev/sysbox/internal/driver"
@@ -327,5 +331,73 @@ func TestRecoverVMM(t *testing.T) {
 	}
 	if obs, err := e.d.ObserveNode(ctx, h, o); err != nil || obs.Status != substrate.Present || obs.Attributes["state"] != string(StateRunning) {
 		t.Fatalf("ObserveNode after restart: got %+v, %v; want present, Running", obs, err)
+	}
+}
+
+// TestVMMHostSide: at InstanceStart the VMM opens the driver's TAP with Firecracker's flags
+// (the TAP gains carrier only then), and the node's vsock uds_path answers the host-initiated
+// "CONNECT <port>" handshake with a byte stream to the guest port.
+func TestVMMHostSide(t *testing.T) {
+	e := newKernelEnv(t)
+	guest := stateDir(t)
+	t.Setenv("FCSIM_GUEST_VSOCK_DIR", guest)
+	ln, err := net.Listen("unix", filepath.Join(guest, "52.sock"))
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }() // an echo "guest agent"
+		}
+	}()
+	ctx := context.Background()
+	o := e.owner("vm")
+	spec := e.art.spec(o)
+	h, err := e.d.CreateNode(ctx, spec)
+	must(t, err)
+	st, err := e.d.Attach(ctx, h, substrate.AttachmentSpec{Owner: o, Node: o.Address, Name: "eth0", Network: e.br, MAC: "02:00:c6:33:64:0a"})
+	must(t, err)
+	p, err := decodeNIC(st.Private)
+	must(t, err)
+	carrier := func() bool {
+		l, err := netlink.LinkByName(p.TAP)
+		must(t, err)
+		return l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0
+	}
+	if carrier() {
+		t.Fatalf("TAP %s has carrier before any VMM opened it", p.TAP)
+	}
+	must(t, e.d.StartNode(ctx, h, spec))
+	if !carrier() {
+		t.Fatalf("TAP %s has no carrier after InstanceStart: the VMM could not open it", p.TAP)
+	}
+
+	vs := filepath.Join(e.d.nodeDir(h.ExternalID), vsockFile)
+	c, err := net.Dial("unix", vs)
+	must(t, err)
+	defer c.Close()
+	_, err = io.WriteString(c, "CONNECT 52\n")
+	must(t, err)
+	r := bufio.NewReader(c)
+	ok, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(ok, "OK ") {
+		t.Fatalf("CONNECT 52: got %q, %v; want OK <port>", ok, err)
+	}
+	_, err = io.WriteString(c, "guest-ping\n")
+	must(t, err)
+	if got, err := r.ReadString('\n'); err != nil || got != "guest-ping\n" {
+		t.Fatalf("stream through vsock: got %q, %v", got, err)
+	}
+	// No guest listener on the port: the connection ends without OK.
+	c2, err := net.Dial("unix", vs)
+	must(t, err)
+	defer c2.Close()
+	_, err = io.WriteString(c2, "CONNECT 53\n")
+	must(t, err)
+	if b, _ := io.ReadAll(c2); len(b) != 0 {
+		t.Fatalf("CONNECT to a port nobody listens on: got %q, want the connection closed", b)
 	}
 }
