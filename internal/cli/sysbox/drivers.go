@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"zyvor.dev/sysbox/drivers/docker"
+	"zyvor.dev/sysbox/drivers/firecracker"
 	"zyvor.dev/sysbox/drivers/netns"
 	"zyvor.dev/sysbox/drivers/nftables"
 	"zyvor.dev/sysbox/internal/backend"
@@ -35,7 +36,7 @@ var testRegistry func(world string, names []string) (*driver.Registry, error)
 
 // builtinDrivers register the drivers sysbox ships with; the registry they fill is the one
 // list of driver names (in test mode the fake stands in under each of them).
-var builtinDrivers = []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register}
+var builtinDrivers = []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register, firecracker.Register}
 
 // DriverRegistry builds the registry of this process: the built-in drivers, or in test mode
 // (EnvTestFakeWorld set in the environment lookup) the fake under their names. This is the one

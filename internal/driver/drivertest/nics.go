@@ -31,6 +31,28 @@ func attach(t T, h *Harness, node substrate.Handle, o substrate.Owner, nh substr
 	return spec, st
 }
 
+// wiredNode makes a started node for o attached to nh as "eth0", attaching before or after the
+// start as the harness says.
+func wiredNode(t T, h *Harness, o substrate.Owner, nh substrate.Handle) (substrate.Handle, substrate.NodeSpec, substrate.AttachmentSpec, substrate.AttachmentState) {
+	t.Helper()
+	if !h.AttachBeforeStart {
+		hd, spec := startedNode(t, h, o)
+		aspec, st := attach(t, h, hd, o, nh)
+		return hd, spec, aspec, st
+	}
+	n := capOf[driver.Nodes](t, h.nodeDriver(), driver.CapNodeLifecycle)
+	spec := h.NodeSpec(t, o)
+	hd, err := n.CreateNode(ctxFor(t), spec)
+	if err != nil {
+		t.Fatalf("CreateNode(%s): %v", o.Address, err)
+	}
+	aspec, st := attach(t, h, hd, o, nh)
+	if err := n.StartNode(ctxFor(t), hd, spec); err != nil {
+		t.Fatalf("StartNode(%s): %v", o.Address, err)
+	}
+	return hd, spec, aspec, st
+}
+
 // sameAddresses fails unless st carries spec's MAC and addresses.
 func sameAddresses(t T, what string, st substrate.AttachmentState, mac string, ipv4 []string) {
 	t.Helper()
@@ -44,9 +66,8 @@ func nicLifecycle(t T, h *Harness) {
 	nics := capOf[driver.NICs](t, h.Driver, driver.CapNIC)
 	topo := h.Topology(t)
 	o := owner(topo, "sysbox_node", "a")
-	node, _ := startedNode(t, h, o)
 	nh := network(t, h, topo, testCIDR)
-	spec, st := attach(t, h, node, o, nh)
+	node, _, spec, st := wiredNode(t, h, o, nh)
 	sameAddresses(t, "Attach", st, spec.MAC, spec.IPv4)
 	if _, err := nics.Attach(ctx, node, spec); err != nil {
 		t.Fatalf("Attach again for the same owner: %v (a retried attach must converge)", err)

@@ -19,9 +19,8 @@ func resetGeneration(t T, h *Harness) {
 	r := capOf[driver.Resetter](t, h.Driver, driver.CapReset)
 	topo := h.Topology(t)
 	o1 := owner(topo, "sysbox_node", "a")
-	h1, spec1 := startedNode(t, h, o1)
 	nh := network(t, h, topo, testCIDR)
-	aspec, st1 := attach(t, h, h1, o1, nh)
+	h1, spec1, aspec, st1 := wiredNode(t, h, o1, nh)
 
 	if _, err := r.NewGeneration(ctx, h1, o1, spec1); err == nil {
 		t.Fatalf("NewGeneration to the same generation %d: accepted, want an error", o1.Generation)

@@ -65,6 +65,10 @@ type Harness struct {
 	// holding the name the driver would give owner's object (node is the node a policy lives in)
 	// and returns a probe reporting whether that object is still there, unchanged.
 	Foreign func(t T, kind string, owner substrate.Owner, node substrate.Handle) (intact func() bool)
+	// AttachBeforeStart says the driver wires NICs only before a node starts (Firecracker: network
+	// interfaces are pre-boot only, no hotplug), the order the executor uses: the NIC and reset
+	// cases then create, attach and start, instead of attaching to a started node.
+	AttachBeforeStart bool
 	// Artifact returns an artifact spec whose source exists (drivers with CapArtifact).
 	Artifact func(t T) substrate.ArtifactSpec
 }

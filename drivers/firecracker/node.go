@@ -1,0 +1,282 @@
+package firecracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// CreateNode makes the node generation's object: its directory with the durable record (owner
+// marker first, so a crash leaves something this owner can adopt), a private copy of the rootfs
+// baseline, and a VMM process configured before boot (machine-config, boot-source, root drive).
+// The guest is not started. A retried create of the same owner adopts what it finds.
+func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (substrate.Handle, error) {
+	o := spec.Owner
+	if !o.Complete() {
+		return substrate.Handle{}, fmt.Errorf("firecracker node: incomplete owner %+v: %w", o, driver.ErrInvalid)
+	}
+	name := NodeName(o)
+	what := fmt.Sprintf("firecracker node %s (%s)", o.Address, name)
+	rootfs, kernel := artifactPath(spec.Artifact), artifactPath(spec.Kernel)
+	if rootfs == "" {
+		return substrate.Handle{}, fmt.Errorf("%s: needs a rootfs artifact resolved to an absolute path: %w", what, driver.ErrInvalid)
+	}
+	if kernel == "" {
+		return substrate.Handle{}, fmt.Errorf("%s: needs a kernel artifact (an uncompressed ELF vmlinux) resolved to an absolute path: %w", what, driver.ErrInvalid)
+	}
+	m := MachineConfig{VCPUCount: spec.CPUs, MemSizeMiB: spec.MemoryMB}
+	if m.VCPUCount == 0 {
+		m.VCPUCount = defaultVCPUs
+	}
+	if m.MemSizeMiB == 0 {
+		m.MemSizeMiB = defaultMemMiB
+	}
+	if err := m.validate(); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dir := d.nodeDir(name)
+	r, err := d.owned(name, o)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		if err := os.MkdirAll(d.stateDir, 0o755); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: state directory: %v: %w", what, err, driver.ErrUnavailable)
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+		}
+		r = nodeRecord{Name: name, Marker: o.Marker(), Socket: filepath.Join(dir, apiSock), Generation: o.Generation,
+			Kernel: kernel, BootArgs: defaultBootArgs, Rootfs: filepath.Join(dir, rootfsFile),
+			Baseline: rootfs, VCPUs: m.VCPUCount, MemMiB: m.MemSizeMiB}
+		if err := d.writeRecord(r); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+		}
+	case err != nil:
+		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+	case isOurVMM(r.PID, r.StartTime, r.Socket):
+		// A retried create: the process is there; it must still be the unstarted guest.
+		if info, err := d.describe(ctx, r); err == nil && info.State == StateNotStarted {
+			return nodeHandle(r, dir), nil
+		}
+		if err := killVMM(ctx, name, r); err != nil {
+			return substrate.Handle{}, err
+		}
+	}
+	if _, err := os.Stat(r.Rootfs); errors.Is(err, os.ErrNotExist) {
+		if err := copyRootfs(rootfs, r.Rootfs, spec.Artifact.Digest); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if err := d.boot(ctx, &r); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return nodeHandle(r, dir), nil
+}
+
+// artifactPath is where a resolved artifact lives: its Ref (what ResolveArtifact set, the
+// absolute path) or else an absolute Source; "" when neither is.
+func artifactPath(id *substrate.ArtifactIdentity) string {
+	switch {
+	case id == nil:
+		return ""
+	case filepath.IsAbs(id.Ref):
+		return id.Ref
+	case filepath.IsAbs(id.Source):
+		return id.Source
+	}
+	return ""
+}
+
+// boot starts a fresh VMM process for r and sends its pre-boot configuration (machine, kernel,
+// root drive, and the network interfaces already attached), recording the process identity.
+func (d *Driver) boot(ctx context.Context, r *nodeRecord) error {
+	dir := d.nodeDir(r.Name)
+	pid, start, err := d.spawn(ctx, dir, r.Name)
+	if err != nil {
+		return err
+	}
+	r.PID, r.StartTime = pid, start
+	if err := d.writeRecord(*r); err != nil {
+		_ = killVMM(ctx, r.Name, *r)
+		return err
+	}
+	c, err := NewClient(r.Socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	steps := []func() error{
+		func() error { return c.PutMachineConfig(ctx, MachineConfig{VCPUCount: r.VCPUs, MemSizeMiB: r.MemMiB}) },
+		func() error {
+			return c.PutBootSource(ctx, BootSource{KernelImagePath: r.Kernel, BootArgs: r.BootArgs})
+		},
+		func() error {
+			return c.PutDrive(ctx, Drive{DriveID: rootDriveID, PathOnHost: r.Rootfs, IsRootDevice: true})
+		},
+	}
+	for _, n := range sortedNICs(r.NICs) {
+		steps = append(steps, func() error {
+			return c.PutNetworkInterface(ctx, NetworkInterface{IfaceID: n.IfaceID, HostDevName: n.TAP, GuestMAC: n.MAC})
+		})
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Driver) describe(ctx context.Context, r nodeRecord) (InstanceInfo, error) {
+	c, err := NewClient(r.Socket)
+	if err != nil {
+		return InstanceInfo{}, err
+	}
+	defer c.Close()
+	return c.Describe(ctx)
+}
+
+// StartNode boots the guest: vsock device, then InstanceStart. A node whose VMM process is gone
+// (stopped, host rebooted) gets a fresh process configured from its record first.
+func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substrate.NodeSpec) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, err := d.owned(h.ExternalID, spec.Owner)
+	if err != nil {
+		return err
+	}
+	what := "firecracker node " + r.Name
+	if !isOurVMM(r.PID, r.StartTime, r.Socket) {
+		if err := d.boot(ctx, &r); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	c, err := NewClient(r.Socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	info, err := c.Describe(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	switch info.State {
+	case StateRunning:
+		return nil
+	case StatePaused:
+		return c.PatchVM(ctx, VMResumed)
+	}
+	uds := filepath.Join(d.nodeDir(r.Name), vsockFile)
+	_ = os.Remove(uds) // a stale socket of an earlier process of this node
+	if err := c.PutVsock(ctx, Vsock{GuestCID: guestCID, UDSPath: uds}); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := c.InstanceStart(ctx); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// ObserveNode reports the node: Absent without its directory; Unknown when the state directory
+// or the API cannot be read; Drifted when the record is not this owner's; Degraded when the VMM
+// process is gone; otherwise Present with the VMM's state as an attribute.
+func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, o substrate.Owner) (substrate.Observation, error) {
+	now := time.Now().UTC()
+	obs := substrate.Observation{ExternalID: h.ExternalID, At: now}
+	r, err := d.lookup(h.ExternalID)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		obs.Status, obs.Reason = substrate.Absent, "no node directory"
+		return obs, nil
+	case errors.Is(err, driver.ErrNotOwned):
+		obs.Status, obs.Reason = substrate.Drifted, err.Error()
+		return obs, nil
+	case err != nil:
+		obs.Status, obs.Reason = substrate.Unknown, err.Error()
+		return obs, err
+	}
+	if found, perr := substrate.ParseMarker(r.Marker); perr == nil {
+		obs.Owner = &found
+	}
+	if r.Marker != o.Marker() || !o.Complete() {
+		obs.Status, obs.Reason = substrate.Drifted, "the node's record carries another owner's marker"
+		return obs, nil
+	}
+	if !isOurVMM(r.PID, r.StartTime, r.Socket) {
+		obs.Status, obs.Reason = substrate.Degraded, "the VMM process is not running"
+		return obs, nil
+	}
+	info, err := d.describe(ctx, r)
+	if err != nil {
+		obs.Status, obs.Reason = substrate.Unknown, err.Error()
+		return obs, fmt.Errorf("firecracker node %s: %w", r.Name, err)
+	}
+	obs.Status = substrate.Present
+	obs.Attributes = map[string]string{"state": string(info.State), "pid": strconv.Itoa(r.PID)}
+	return obs, nil
+}
+
+// StopNode ends the node's VMM process (after proving ownership and that the process is still
+// the recorded one). The directory, disk copy and TAPs stay.
+func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, o substrate.Owner) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, err := d.owned(h.ExternalID, o)
+	if err != nil {
+		return err
+	}
+	return killVMM(ctx, r.Name, r)
+}
+
+// DeleteNode removes the node generation: its VMM process, its TAPs (each only when it carries
+// the node's marker) and its directory.
+func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, o substrate.Owner) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, err := d.owned(h.ExternalID, o)
+	if err != nil {
+		return err
+	}
+	if err := killVMM(ctx, r.Name, r); err != nil {
+		return err
+	}
+	for _, tap := range r.taps() {
+		if err := deleteTAP(tap, o, r.pending(tap)); err != nil {
+			return fmt.Errorf("firecracker node %s: %w", r.Name, err)
+		}
+	}
+	if err := os.RemoveAll(d.nodeDir(r.Name)); err != nil {
+		return fmt.Errorf("firecracker node %s: %w", r.Name, err)
+	}
+	return syncDir(d.stateDir)
+}
+
+// NewGeneration quiesces prior (its TAPs go down, so its guest stops answering on the bridge)
+// and creates the next generation from the same baseline: a new directory, disk copy and VMM
+// process; Attach gives it new TAPs with the same MACs.
+func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, priorOwner substrate.Owner, spec substrate.NodeSpec) (substrate.Handle, error) {
+	if !spec.Owner.SameResource(priorOwner) || spec.Owner.Generation <= priorOwner.Generation {
+		return substrate.Handle{}, fmt.Errorf("firecracker node %s: new generation %d must follow %d of the same resource: %w",
+			priorOwner.Address, spec.Owner.Generation, priorOwner.Generation, driver.ErrInvalid)
+	}
+	d.mu.Lock()
+	r, err := d.owned(prior.ExternalID, priorOwner)
+	d.mu.Unlock()
+	if err != nil {
+		return substrate.Handle{}, err
+	}
+	for _, tap := range r.taps() {
+		if err := setTAPDown(tap, priorOwner); err != nil {
+			return substrate.Handle{}, fmt.Errorf("firecracker node %s: quiesce: %w", r.Name, err)
+		}
+	}
+	return d.CreateNode(ctx, spec)
+}

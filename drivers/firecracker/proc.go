@@ -1,0 +1,138 @@
+package firecracker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"zyvor.dev/sysbox/internal/driver"
+)
+
+// spawn starts `firecracker --api-sock SOCK --id NAME` detached (own session, output to the
+// node's log) and waits until its API answers GET / as a fresh instance of that id.
+func (d *Driver) spawn(ctx context.Context, dir, name string) (pid int, start uint64, err error) {
+	bin, err := exec.LookPath(d.binary)
+	if err != nil {
+		return 0, 0, fmt.Errorf("firecracker node %s: binary %q: %w", name, d.binary, err)
+	}
+	sock := filepath.Join(dir, apiSock)
+	// A socket left by a dead process of this node; the directory is ours (checked by callers).
+	_ = os.Remove(sock)
+	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, 0, fmt.Errorf("firecracker node %s: log: %w", name, err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "--api-sock", sock, "--id", name)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, 0, fmt.Errorf("firecracker node %s: start %s: %w", name, bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // reap it whenever it ends
+	pid = cmd.Process.Pid
+	start, err = procStartTime(pid)
+	if err == nil {
+		err = waitAPI(ctx, sock, name, exited)
+	}
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return 0, 0, fmt.Errorf("firecracker node %s: %w (log: %s)", name, err, filepath.Join(dir, logFile))
+	}
+	return pid, start, nil
+}
+
+// waitAPI polls GET / until the new process answers for id.
+func waitAPI(ctx context.Context, sock, id string, exited <-chan struct{}) error {
+	c, err := NewClient(sock)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		info, err := c.Describe(ctx)
+		if err == nil {
+			if info.ID != id || info.State != StateNotStarted {
+				return fmt.Errorf("API on %s answers id %q state %q; want %q %q", sock, info.ID, info.State, id, StateNotStarted)
+			}
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("the VMM exited before its API answered")
+		case <-ctx.Done():
+			return fmt.Errorf("API on %s did not answer: %v", sock, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// procStartTime is field 22 of /proc/PID/stat (clock ticks since boot).
+func procStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command may hold spaces and parentheses: fields start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return 0, fmt.Errorf("/proc/%d: exited: %w", pid, os.ErrNotExist)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// isOurVMM reports whether pid is still the VMM process the record names: same start time and
+// serving exactly sock. A recycled pid or a foreign firecracker never matches.
+func isOurVMM(pid int, start uint64, sock string) bool {
+	if pid <= 0 {
+		return false
+	}
+	st, err := procStartTime(pid)
+	if err != nil || st != start {
+		return false
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	return bytes.Contains(cmdline, []byte("\x00--api-sock\x00"+sock+"\x00"))
+}
+
+// killVMM ends the recorded VMM process if it is still ours, and waits for it to go.
+func killVMM(ctx context.Context, name string, r nodeRecord) error {
+	if !isOurVMM(r.PID, r.StartTime, r.Socket) {
+		return nil
+	}
+	// Firecracker has no graceful shutdown for a guest without ACPI; SIGKILL is what its own
+	// tooling uses once the guest is done.
+	if err := syscall.Kill(r.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("firecracker node %s: kill pid %d: %w", name, r.PID, err)
+	}
+	for isOurVMM(r.PID, r.StartTime, r.Socket) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("firecracker node %s: pid %d still running: %w", name, r.PID, driver.ErrUnavailable)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+// Package microvmlab_test runs the microvm-lab topology through the real sysbox binary with the
+// contract-checking Firecracker simulator as `firecracker` on PATH (kernel tier): apply, the
+// exact API calls each microVM's VMM saw, the TAPs on the bridge, and destroy with a clean audit.
+package microvmlab_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"zyvor.dev/sysbox/drivers/firecracker"
+	"zyvor.dev/sysbox/drivers/netns"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/testenv"
+)
+
+type request struct {
+	Method string          `json:"method"`
+	Path   string          `json:"path"`
+	Body   json.RawMessage `json:"body"`
+	Status int             `json:"status"`
+	Fault  string          `json:"fault"`
+}
+
+func TestMicroVMLab(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.BuildBinary(t, "zyvor.dev/sysbox/cmd/sysbox")
+	sim := testenv.BuildBinary(t, "zyvor.dev/sysbox/drivers/firecracker/internal/fcsim/cmd/firecracker")
+	dir := t.TempDir()
+	src, err := os.ReadFile("main.sysbox.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), src, 0o644))
+	must(t, os.MkdirAll(filepath.Join(dir, "images"), 0o755))
+	rootfs := filepath.Join(dir, "images", "rootfs.ext4")
+	must(t, os.WriteFile(rootfs, []byte("an ext4 image stands here"), 0o644))
+	must(t, os.Truncate(rootfs, 4<<20))
+	must(t, os.WriteFile(filepath.Join(dir, "images", "vmlinux"), []byte("\x7fELF guest kernel"), 0o644))
+	reqLog := filepath.Join(dir, "requests.jsonl")
+	env := append(os.Environ(), "PATH="+filepath.Dir(sim)+":"+os.Getenv("PATH"), "FCSIM_REQUEST_LOG="+reqLog)
+	run := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--chdir", dir, "--no-color"}, args...)...)
+		cmd.Env = env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	t.Cleanup(func() {
+		_, _ = run("destroy", "-auto-approve")
+		if lin := lineage(dir); lin != "" {
+			if objs := residue(lin); len(objs) > 0 {
+				t.Errorf("residue after cleanup destroy: %v", objs)
+			}
+		}
+	})
+	if out, err := run("apply", "-auto-approve"); err != nil {
+		t.Fatalf("sysbox apply: %v\n%s", err, out)
+	}
+
+	// Each VMM saw the boot sequence, the network interface on a TAP and its address on the
+	// kernel command line; the simulator refused nothing.
+	b, err := os.ReadFile(reqLog)
+	must(t, err)
+	starts, ips := 0, map[string]bool{}
+	var taps []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r request
+		must(t, json.Unmarshal([]byte(line), &r))
+		if r.Status >= 300 {
+			t.Errorf("the VMM refused %s %s: %s", r.Method, r.Path, r.Fault)
+		}
+		switch {
+		case r.Path == "/actions" && strings.Contains(string(r.Body), "InstanceStart"):
+			starts++
+		case r.Path == "/boot-source":
+			for _, ip := range []string{"198.51.100.10", "198.51.100.11"} {
+				if strings.Contains(string(r.Body), "ip="+ip+"::198.51.100.1:255.255.255.0::eth0:off") {
+					ips[ip] = true
+				}
+			}
+		case strings.HasPrefix(r.Path, "/network-interfaces/"):
+			var n struct {
+				HostDevName string `json:"host_dev_name"`
+			}
+			must(t, json.Unmarshal(r.Body, &n))
+			taps = append(taps, n.HostDevName)
+		}
+	}
+	if starts != 2 || len(ips) != 2 || len(taps) != 2 {
+		t.Fatalf("request log: %d InstanceStart, addresses %v, TAPs %v; want 2 of each\n%s", starts, ips, taps, b)
+	}
+	for _, tap := range taps {
+		l, err := netlink.LinkByName(tap)
+		if err != nil || l.Attrs().MasterIndex == 0 || !strings.HasPrefix(l.Attrs().Alias, "sysbox1:") {
+			t.Fatalf("TAP %s: %v %+v; want a marked port of the lan bridge", tap, err, l)
+		}
+	}
+	if out, err := run("apply", "-auto-approve"); err != nil || !strings.Contains(out, "0 operation(s) done") && !strings.Contains(out, "No changes") {
+		t.Fatalf("second apply: %v\n%s", err, out)
+	}
+
+	lin := lineage(dir)
+	if out, err := run("destroy", "-auto-approve"); err != nil {
+		t.Fatalf("sysbox destroy: %v\n%s", err, out)
+	}
+	if objs := residue(lin); len(objs) > 0 {
+		t.Fatalf("residue after destroy: %v", objs)
+	}
+	for _, tap := range taps {
+		if _, err := netlink.LinkByName(tap); err == nil {
+			t.Fatalf("TAP %s left after destroy", tap)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func lineage(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, ".sysbox", "state"))
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Lineage string `json:"lineage"`
+	}
+	_ = json.Unmarshal(b, &st)
+	return st.Lineage
+}
+
+func residue(topology string) []string {
+	var out []string
+	for _, a := range []driver.Auditor{netns.New(), firecracker.New(firecracker.Options{})} {
+		objs, err := a.Residue(context.Background(), topology)
+		if err != nil {
+			out = append(out, "audit error: "+err.Error())
+		}
+		for _, o := range objs {
+			out = append(out, o.Kind+" "+o.ExternalID)
+		}
+	}
+	return out
+}
