@@ -9,6 +9,10 @@ package main
 //	FLUXVM_UPGRADE_TEST_FAILPOINT=KEY   SIGKILL this process right after the journal record KEY
 //	                                    (e.g. "step-done:web:apply", "rollback-begin", "end",
 //	                                    "final:journal.final.json") is durably written
+//	FLUXVM_UPGRADE_TEST_FAILPOINT_ACTION=stop
+//	                                    SIGSTOP instead of SIGKILL at that point: the process
+//	                                    carries on when the test sends SIGCONT (fault tests
+//	                                    change the filesystem at an exact point of a run)
 //
 // and it adds the hidden helper command `fake-map` that hooks use to act on the fake maps.
 
@@ -41,9 +45,21 @@ func init() {
 			fmt.Fprintf(os.Stderr, "fluxvm-upgrade (test build): FLUXVM_UPGRADE_TEST_FAILPOINT: %v\n", err)
 			os.Exit(exitUsage)
 		}
+		sig := syscall.SIGKILL
+		switch a := os.Getenv("FLUXVM_UPGRADE_TEST_FAILPOINT_ACTION"); a {
+		case "", "kill":
+		case "stop":
+			sig = syscall.SIGSTOP
+		default:
+			fmt.Fprintf(os.Stderr, "fluxvm-upgrade (test build): FLUXVM_UPGRADE_TEST_FAILPOINT_ACTION: unknown action %q (want kill or stop)\n", a)
+			os.Exit(exitUsage)
+		}
 		afterRecord = func(k string) {
-			if k == key {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			if k != key {
+				return
+			}
+			_ = syscall.Kill(os.Getpid(), sig)
+			if sig == syscall.SIGKILL {
 				select {} // never continue past the failpoint
 			}
 		}
