@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -43,7 +44,7 @@ esac
 
 // fsEntries is how many entries each map is seeded with: enough for a snapshot of several pages,
 // so that a full disk can cut one in the middle.
-const fsEntries = 600
+const fsEntries = 400
 
 // fsWorld is a two-component transaction on real pinned maps under /sys/fs/bpf/fluxvm whose
 // state directory (journal, plan copy, hook logs, snapshots, evidence) is a small tmpfs.
@@ -201,7 +202,7 @@ func (w *fsWorld) run(args ...string) (int, string) {
 // state directory and the errno; the journal, if any, reads as valid (a torn tail or a
 // half-written record would be refused here), and no half-written file is in the state tree
 // under a name the engine reads (temporary files only carry the durable .tmp- prefix).
-func (w *fsWorld) checkFailed(code int, out, errno string) {
+func (w *fsWorld) checkFailed(code int, out, errno, file string) {
 	t := w.t
 	t.Helper()
 	if code == 0 || code == exitRolledBack {
@@ -209,13 +210,13 @@ func (w *fsWorld) checkFailed(code int, out, errno string) {
 	}
 	named := false
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, errno) && strings.Contains(l, w.state+"/") {
+		if strings.Contains(l, errno) && strings.Contains(l, w.state+"/"+file) {
 			named = true
 			t.Logf("exit %d: %s", code, strings.TrimSpace(l))
 		}
 	}
 	if !named {
-		t.Fatalf("exit %d: the error must name a file under %s and %q:\n%s", code, w.state, errno, out)
+		t.Fatalf("exit %d: the error must name %s/%s… and %q:\n%s", code, w.state, file, errno, out)
 	}
 	if _, err := os.Stat(w.txDir()); err == nil {
 		if _, err := upgrade.ReadJournal(w.txDir()); err != nil {
@@ -307,7 +308,7 @@ func TestFullStateDirMidRun(t *testing.T) {
 			used := usedKiB(t, failHealth)
 			t.Logf("a clean run uses %d KiB of the state tmpfs", used)
 			failed := 0
-			const points = 8
+			const points = 5
 			for i := 0; i < points; i++ {
 				free := (used * i / points) &^ 3 // KiB, whole pages
 				t.Run(fmt.Sprintf("%dKiB", free), func(t *testing.T) {
@@ -322,7 +323,7 @@ func TestFullStateDirMidRun(t *testing.T) {
 						t.Logf("run finished (exit %d) in %d KiB", code, free)
 					} else {
 						failed++
-						w.checkFailed(code, out, "no space left on device")
+						w.checkFailed(code, out, "no space left on device", "")
 					}
 					if err := os.Remove(filler); err != nil {
 						t.Fatal(err)
@@ -333,6 +334,106 @@ func TestFullStateDirMidRun(t *testing.T) {
 			if failed < points/2 {
 				t.Fatalf("only %d of %d runs ran out of space: the fill points miss the run", failed, points)
 			}
+		})
+	}
+}
+
+// readOnly makes the mounted file system at dir read-only while a process may hold files open
+// for writing on it. `mount -o remount,ro` is tried first; the kernel refuses it (EBUSY) while
+// any file on it is open for writing — the transaction lock and the journal always are during a
+// run — and then a read-only bind mount is stacked on dir instead: every open, create, rename
+// and mkdir through a path then fails with EROFS, while writes through descriptors opened
+// before (lock, journal) still reach the file system below. writable undoes either.
+func readOnly(t *testing.T, dir string) (how string, writable func()) {
+	t.Helper()
+	err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
+	if err == nil {
+		return "remount,ro", func() {
+			if err := unix.Mount("", dir, "", unix.MS_REMOUNT, ""); err != nil {
+				t.Fatalf("remount %s rw: %v", dir, err)
+			}
+		}
+	}
+	if !errors.Is(err, unix.EBUSY) {
+		t.Fatalf("remount %s ro: %v", dir, err)
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s: %v", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount bind %s ro: %v", dir, err)
+	}
+	return "ro bind mount (remount,ro: EBUSY, files open for writing)", func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Fatalf("unmount the read-only bind on %s: %v", dir, err)
+		}
+	}
+}
+
+// stopped waits until the process is stopped (SIGSTOP at its failpoint) or has exited.
+func stopped(t *testing.T, pid int, exited <-chan struct{}) bool {
+	t.Helper()
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatalf("process %d: %v", pid, err)
+		}
+		s := string(b)
+		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 && f[0] == "T" {
+			return true
+		}
+		select {
+		case <-exited:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestReadOnlyStateDirMidRun stops the real binary at a journal record (test failpoint, SIGSTOP),
+// makes its state directory read-only, lets it go on, and checks that the run fails naming the
+// file and EROFS with a journal that still reads as valid; after the directory is writable
+// again, resume (or run) converges. The points cover the forward steps, the rollback and the
+// final files.
+func TestReadOnlyStateDirMidRun(t *testing.T) {
+	points := []struct{ failHealth, at, file string }{ // file: the write that must fail next
+		{"", upgrade.EvBegin, "fs-tx/logs"},
+		{"", "step-done:a:preflight", "fs-tx/snapshots"},
+		{"", "step-done:a:snapshot", "fs-tx/logs/a.apply.1.log"},
+		{"", "step-done:b:health", "fs-tx/.journal.final.json.tmp-"},
+		{"", "final:journal.final.json", "fs-tx/.EVIDENCE.sha256.tmp-"},
+		{"b", "step-failed:b:health", "fs-tx/logs/b.rollback.1.log"},
+		{"b", "step-done:a:restore-maps", "fs-tx/logs/a.rollback-health.1.log"},
+	}
+	for _, p := range points {
+		t.Run(p.at+"/"+map[string]string{"": "commit", "b": "rollback"}[p.failHealth], func(t *testing.T) {
+			w := newFSWorld(t, 1024, p.failHealth)
+			c := w.cmd(p.at, "run", w.plan)
+			var out strings.Builder
+			c.Stdout, c.Stderr = &out, &out
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			var waitErr error
+			go func() { waitErr = c.Wait(); close(exited) }()
+			t.Cleanup(func() {
+				_ = c.Process.Kill()
+				<-exited
+			})
+			if !stopped(t, c.Process.Pid, exited) {
+				t.Fatalf("run never reached failpoint %s: %v\n%s", p.at, waitErr, out.String())
+			}
+			how, writable := readOnly(t, w.state)
+			t.Logf("at %s: %s", p.at, how)
+			if err := c.Process.Signal(unix.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			<-exited
+			code := c.ProcessState.ExitCode()
+			w.checkFailed(code, out.String(), "read-only file system", p.file)
+			writable()
+			t.Logf("converged: %s", w.converge())
 		})
 	}
 }

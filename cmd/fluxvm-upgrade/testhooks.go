@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"regexp"
 	"strings"
 	"syscall"
@@ -58,13 +59,26 @@ func init() {
 			if k != key {
 				return
 			}
-			_ = syscall.Kill(os.Getpid(), sig)
-			if sig == syscall.SIGKILL {
-				select {} // never continue past the failpoint
+			if sig == syscall.SIGSTOP {
+				stopHere()
+				return
 			}
+			_ = syscall.Kill(os.Getpid(), sig)
+			select {} // never continue past the failpoint
 		}
 	}
 	extraCommands = append(extraCommands, fakeMapCmd)
+}
+
+// stopHere stops the process and returns once it is continued. The stop signal may be taken by
+// another thread and this one would run on until the group stop reaches it: waiting for SIGCONT
+// keeps the engine exactly at the failpoint.
+func stopHere() {
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	<-cont
 }
 
 var failpointComponent = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
