@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -81,10 +80,7 @@ func newFSWorld(t *testing.T, sizeKiB int, failHealth string) *fsWorld {
 			t.Fatal(err)
 		}
 	}
-	if err := unix.Mount("tmpfs", w.state, "tmpfs", 0, fmt.Sprintf("size=%dk,mode=0700", sizeKiB)); err != nil {
-		t.Fatalf("mount tmpfs at %s: %v", w.state, err)
-	}
-	t.Cleanup(func() { unmountAll(t, w.state) })
+	testenv.MountTmpfs(t, w.state, sizeKiB)
 	hook := filepath.Join(w.dir, "hook.sh")
 	if err := os.WriteFile(hook, []byte(fsHook), 0o755); err != nil {
 		t.Fatal(err)
@@ -110,18 +106,6 @@ func newFSWorld(t *testing.T, sizeKiB int, failHealth string) *fsWorld {
 		t.Fatal(err)
 	}
 	return w
-}
-
-// unmountAll detaches every mount stacked on dir (a read-only overmount, then the tmpfs).
-func unmountAll(t *testing.T, dir string) {
-	for i := 0; i < 4; i++ {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			if !errors.Is(err, unix.EINVAL) {
-				t.Errorf("unmount %s: %v", dir, err)
-			}
-			return
-		}
-	}
 }
 
 // seed creates the map with keys 1..fsEntries (value 10×key) in one bpftool batch.
@@ -338,58 +322,6 @@ func TestFullStateDirMidRun(t *testing.T) {
 	}
 }
 
-// readOnly makes the mounted file system at dir read-only while a process may hold files open
-// for writing on it. `mount -o remount,ro` is tried first; the kernel refuses it (EBUSY) while
-// any file on it is open for writing — the transaction lock and the journal always are during a
-// run — and then a read-only bind mount is stacked on dir instead: every open, create, rename
-// and mkdir through a path then fails with EROFS, while writes through descriptors opened
-// before (lock, journal) still reach the file system below. writable undoes either.
-func readOnly(t *testing.T, dir string) (how string, writable func()) {
-	t.Helper()
-	err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
-	if err == nil {
-		return "remount,ro", func() {
-			if err := unix.Mount("", dir, "", unix.MS_REMOUNT, ""); err != nil {
-				t.Fatalf("remount %s rw: %v", dir, err)
-			}
-		}
-	}
-	if !errors.Is(err, unix.EBUSY) {
-		t.Fatalf("remount %s ro: %v", dir, err)
-	}
-	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-		t.Fatalf("bind %s: %v", dir, err)
-	}
-	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-		t.Fatalf("remount bind %s ro: %v", dir, err)
-	}
-	return "ro bind mount (remount,ro: EBUSY, files open for writing)", func() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			t.Fatalf("unmount the read-only bind on %s: %v", dir, err)
-		}
-	}
-}
-
-// stopped waits until the process is stopped (SIGSTOP at its failpoint) or has exited.
-func stopped(t *testing.T, pid int, exited <-chan struct{}) bool {
-	t.Helper()
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatalf("process %d: %v", pid, err)
-		}
-		s := string(b)
-		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 && f[0] == "T" {
-			return true
-		}
-		select {
-		case <-exited:
-			return false
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // TestReadOnlyStateDirMidRun stops the real binary at a journal record (test failpoint, SIGSTOP),
 // makes its state directory read-only, lets it go on, and checks that the run fails naming the
 // file and EROFS with a journal that still reads as valid; after the directory is writable
@@ -421,10 +353,10 @@ func TestReadOnlyStateDirMidRun(t *testing.T) {
 				_ = c.Process.Kill()
 				<-exited
 			})
-			if !stopped(t, c.Process.Pid, exited) {
+			if !testenv.WaitStopped(t, c.Process.Pid, exited) {
 				t.Fatalf("run never reached failpoint %s: %v\n%s", p.at, waitErr, out.String())
 			}
-			how, writable := readOnly(t, w.state)
+			how, writable := testenv.ReadOnly(t, w.state)
 			t.Logf("at %s: %s", p.at, how)
 			if err := c.Process.Signal(unix.SIGCONT); err != nil {
 				t.Fatal(err)
