@@ -54,7 +54,6 @@ type fsWorld struct {
 	comps                 []string
 	pins                  map[string]string // component → absolute pin
 	failHealth            string
-	tmpfsKiB              int
 }
 
 // newFSWorld needs root, bpftool, bpffs and the destructive-e2e gate (F19), like
@@ -62,13 +61,8 @@ type fsWorld struct {
 // t.Cleanup, also on failure) and seeds the maps and config files.
 func newFSWorld(t *testing.T, sizeKiB int, failHealth string) *fsWorld {
 	t.Helper()
-	_, gateErr := os.Stat("/etc/fluxvm/ALLOW_DESTRUCTIVE_E2E")
-	testenv.Require(t, os.Getenv("FLUXVM_UPGRADE_DESTRUCTIVE_E2E") == "1" && gateErr == nil,
-		"destructive bpffs test needs FLUXVM_UPGRADE_DESTRUCTIVE_E2E=1 and /etc/fluxvm/ALLOW_DESTRUCTIVE_E2E (throwaway lab node only)")
-	testenv.RequireRoot(t)
-	w := &fsWorld{t: t, bin: testBinary(t), bpftool: testenv.RequireBinary(t, "bpftool"), comps: []string{"a", "b"},
-		pins: map[string]string{}, failHealth: failHealth, tmpfsKiB: sizeKiB}
-	testenv.Require(t, upgrade.IsBPFFS("/sys/fs/bpf") == nil, "no bpf filesystem mounted at /sys/fs/bpf")
+	w := &fsWorld{t: t, bpftool: requireDestructiveBPFFS(t), bin: testBinary(t), comps: []string{"a", "b"},
+		pins: map[string]string{}, failHealth: failHealth}
 	if err := os.MkdirAll("/sys/fs/bpf/fluxvm", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -126,34 +120,7 @@ func (w *fsWorld) seed(pin string) {
 }
 
 // entries dumps a map as key → value.
-func (w *fsWorld) entries(pin string) map[int]int {
-	t := w.t
-	out := mustRun(t, w.bpftool, "-j", "map", "dump", "pinned", pin)
-	var dump []struct {
-		Key   []string `json:"key"`
-		Value []string `json:"value"`
-	}
-	if err := json.Unmarshal([]byte(out), &dump); err != nil {
-		t.Fatalf("bpftool dump %s: %v", pin, err)
-	}
-	m := map[int]int{}
-	for _, e := range dump {
-		m[leInt(t, e.Key)] = leInt(t, e.Value)
-	}
-	return m
-}
-
-func leInt(t *testing.T, bs []string) int {
-	n := 0
-	for i := len(bs) - 1; i >= 0; i-- {
-		var b int
-		if _, err := fmt.Sscanf(bs[i], "0x%x", &b); err != nil {
-			t.Fatalf("bpftool byte %q: %v", bs[i], err)
-		}
-		n = n<<8 | b
-	}
-	return n
-}
+func (w *fsWorld) entries(pin string) map[int]int { return bpfDump(w.t, w.bpftool, pin) }
 
 func (w *fsWorld) txDir() string { return filepath.Join(w.state, "fs-tx") }
 

@@ -104,13 +104,7 @@ func TestReadOnlyStateDirMidRun(t *testing.T) {
 				t.Logf("%s at %s (%s): exit %d: %s", sc.name, pt, how, code, named)
 				writable()
 				_ = readState(t, dir) // fails the test if the durable state does not read as valid
-				must(t, run(t, dir, nil, "recover"), "recover after .sysbox/ is writable again")
-				agree(t, dir, "after recover")
-				must(t, run(t, dir, nil, "apply", "-auto-approve"), "apply after .sysbox/ is writable again")
-				agree(t, dir, "after apply")
-				if st := readState(t, dir); st == nil || len(st.Resources) != 6 {
-					t.Fatalf("converged state: %v", st)
-				}
+				recoverAndApply(t, dir, "once .sysbox/ is writable again")
 			})
 		}
 	}
