@@ -41,12 +41,7 @@ esac
 // the re-created map, a failing one rolls back and restores them, and a SIGKILL after apply is
 // recovered by resume. Gated: FLUXVM_UPGRADE_DESTRUCTIVE_E2E=1 and /etc/fluxvm/ALLOW_DESTRUCTIVE_E2E.
 func TestRealBPFFSRoundTrip(t *testing.T) {
-	_, gateErr := os.Stat("/etc/fluxvm/ALLOW_DESTRUCTIVE_E2E")
-	testenv.Require(t, os.Getenv("FLUXVM_UPGRADE_DESTRUCTIVE_E2E") == "1" && gateErr == nil,
-		"destructive bpffs test needs FLUXVM_UPGRADE_DESTRUCTIVE_E2E=1 and /etc/fluxvm/ALLOW_DESTRUCTIVE_E2E (throwaway lab node only)")
-	testenv.RequireRoot(t)
-	bpftool := testenv.RequireBinary(t, "bpftool")
-	testenv.Require(t, upgrade.IsBPFFS("/sys/fs/bpf") == nil, "no bpf filesystem mounted at /sys/fs/bpf")
+	bpftool := requireDestructiveBPFFS(t)
 	bin := testBinary(t) // fluxvmtest build: failpoints; without FLUXVM_UPGRADE_TEST_FAKE_BPF it uses the kernel store
 
 	if err := os.MkdirAll("/sys/fs/bpf/fluxvm", 0o755); err != nil {
@@ -66,24 +61,7 @@ func TestRealBPFFSRoundTrip(t *testing.T) {
 			mustRun(t, bpftool, "map", "update", "pinned", pin, "key", fmt.Sprint(k), "0", "0", "0", "value", fmt.Sprint(k*10), "0", "0", "0", "0", "0", "0", "0")
 		}
 	}
-	entries := func() map[int]int {
-		out := mustRun(t, bpftool, "-j", "map", "dump", "pinned", pin)
-		var dump []struct {
-			Key   []string `json:"key"`
-			Value []string `json:"value"`
-		}
-		if err := json.Unmarshal([]byte(out), &dump); err != nil {
-			t.Fatalf("bpftool dump: %v\n%s", err, out)
-		}
-		m := map[int]int{}
-		for _, e := range dump {
-			var k, v int
-			fmt.Sscanf(e.Key[0], "0x%x", &k)
-			fmt.Sscanf(e.Value[0], "0x%x", &v)
-			m[k] = v
-		}
-		return m
-	}
+	entries := func() map[int]int { return bpfDump(t, bpftool, pin) }
 	writePlan := func(tx string, failHealth bool) string {
 		args := []string{hook, pin, order}
 		if failHealth {
@@ -149,6 +127,51 @@ func TestRealBPFFSRoundTrip(t *testing.T) {
 			t.Errorf("entries after crash + resume: got %v, want old entries kept", got)
 		}
 	})
+}
+
+// requireDestructiveBPFFS gates a test that creates maps under /sys/fs/bpf/fluxvm (F19): root,
+// FLUXVM_UPGRADE_DESTRUCTIVE_E2E=1, /etc/fluxvm/ALLOW_DESTRUCTIVE_E2E, bpffs and bpftool, whose
+// path it returns.
+func requireDestructiveBPFFS(t *testing.T) string {
+	t.Helper()
+	_, gateErr := os.Stat("/etc/fluxvm/ALLOW_DESTRUCTIVE_E2E")
+	testenv.Require(t, os.Getenv("FLUXVM_UPGRADE_DESTRUCTIVE_E2E") == "1" && gateErr == nil,
+		"destructive bpffs test needs FLUXVM_UPGRADE_DESTRUCTIVE_E2E=1 and /etc/fluxvm/ALLOW_DESTRUCTIVE_E2E (throwaway lab node only)")
+	testenv.RequireRoot(t)
+	bpftool := testenv.RequireBinary(t, "bpftool")
+	testenv.Require(t, upgrade.IsBPFFS("/sys/fs/bpf") == nil, "no bpf filesystem mounted at /sys/fs/bpf")
+	return bpftool
+}
+
+// bpfDump reads a pinned map with 4-byte keys and 8-byte values as key → value.
+func bpfDump(t *testing.T, bpftool, pin string) map[int]int {
+	t.Helper()
+	out := mustRun(t, bpftool, "-j", "map", "dump", "pinned", pin)
+	var dump []struct {
+		Key   []string `json:"key"`
+		Value []string `json:"value"`
+	}
+	if err := json.Unmarshal([]byte(out), &dump); err != nil {
+		t.Fatalf("bpftool dump %s: %v\n%s", pin, err, out)
+	}
+	m := map[int]int{}
+	for _, e := range dump {
+		m[leInt(t, e.Key)] = leInt(t, e.Value)
+	}
+	return m
+}
+
+// leInt decodes bpftool's little-endian byte list ("0x01", …).
+func leInt(t *testing.T, bs []string) int {
+	n := 0
+	for i := len(bs) - 1; i >= 0; i-- {
+		var b int
+		if _, err := fmt.Sscanf(bs[i], "0x%x", &b); err != nil {
+			t.Fatalf("bpftool byte %q: %v", bs[i], err)
+		}
+		n = n<<8 | b
+	}
+	return n
 }
 
 func mustRun(t *testing.T, name string, args ...string) string {

@@ -9,6 +9,10 @@ package main
 //	FLUXVM_UPGRADE_TEST_FAILPOINT=KEY   SIGKILL this process right after the journal record KEY
 //	                                    (e.g. "step-done:web:apply", "rollback-begin", "end",
 //	                                    "final:journal.final.json") is durably written
+//	FLUXVM_UPGRADE_TEST_FAILPOINT_ACTION=stop
+//	                                    SIGSTOP instead of SIGKILL at that point: the process
+//	                                    carries on when the test sends SIGCONT (fault tests
+//	                                    change the filesystem at an exact point of a run)
 //
 // and it adds the hidden helper command `fake-map` that hooks use to act on the fake maps.
 
@@ -17,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"regexp"
 	"strings"
 	"syscall"
@@ -41,14 +46,39 @@ func init() {
 			fmt.Fprintf(os.Stderr, "fluxvm-upgrade (test build): FLUXVM_UPGRADE_TEST_FAILPOINT: %v\n", err)
 			os.Exit(exitUsage)
 		}
+		sig := syscall.SIGKILL
+		switch a := os.Getenv("FLUXVM_UPGRADE_TEST_FAILPOINT_ACTION"); a {
+		case "", "kill":
+		case "stop":
+			sig = syscall.SIGSTOP
+		default:
+			fmt.Fprintf(os.Stderr, "fluxvm-upgrade (test build): FLUXVM_UPGRADE_TEST_FAILPOINT_ACTION: unknown action %q (want kill or stop)\n", a)
+			os.Exit(exitUsage)
+		}
 		afterRecord = func(k string) {
-			if k == key {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {} // never continue past the failpoint
+			if k != key {
+				return
 			}
+			if sig == syscall.SIGSTOP {
+				stopHere()
+				return
+			}
+			_ = syscall.Kill(os.Getpid(), sig)
+			select {} // never continue past the failpoint
 		}
 	}
 	extraCommands = append(extraCommands, fakeMapCmd)
+}
+
+// stopHere stops the process and returns once it is continued. The stop signal may be taken by
+// another thread and this one would run on until the group stop reaches it: waiting for SIGCONT
+// keeps the engine exactly at the failpoint.
+func stopHere() {
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	<-cont
 }
 
 var failpointComponent = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)

@@ -17,6 +17,12 @@
 //     step is acknowledged only after its record is fsynced. A torn or corrupt journal is
 //     reported (ErrJournalCorrupt) and never acted on; only when asked (RepairTornTail) is an
 //     unterminated last record — an append that never returned — set aside and dropped.
+//   - A full or read-only transaction directory (ENOSPC, EDQUOT, EROFS on a file beneath it: a
+//     hook log, a snapshot, the journal, the final files) is the tool's own storage failing, not
+//     the step: the engine stops with an error naming the file and the transaction stays running
+//     (a failed journal append leaves no partial record). Once the directory is writable again,
+//     resume carries on by the journal as after a crash; a step that never got its log is
+//     "in doubt" like any interrupted step (an apply is then rolled back, never re-run).
 //   - The journal alone decides what happens next. A step whose start is journaled but whose
 //     outcome is not is re-run if it is idempotent (preflight, snapshot, restore, health and all
 //     rollback steps); an interrupted apply is never re-run: it is recorded as failed and the

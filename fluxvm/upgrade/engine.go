@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"zyvor.dev/sysbox/fluxvm/bpfmap"
@@ -414,6 +416,13 @@ func (t *tx) runStep(ctx context.Context, c *Component, step string, attempt int
 		// Stopped by a signal, not failed.
 		return nil, err
 	}
+	if stateWriteFailed(t.dir, stepErr) {
+		// The tool's own storage failed, not the step: journaling a failure would turn a full
+		// disk into a rollback (or, in a rollback, into manual-intervention). Stop, as for a
+		// journal write error; resume decides once the directory is writable again.
+		return nil, fmt.Errorf("transaction %s: %s %s: %w; the transaction is still running: resume it once %s is writable",
+			t.plan.TransactionID, c.Name, step, stepErr, t.dir)
+	}
 	if stepErr != nil {
 		t.e.progressf("%s: %s failed: %v", c.Name, step, stepErr)
 		if err := t.appendEvent(Event{Type: EvStepFailed, Component: c.Name, Step: step, Attempt: attempt, Error: stepErr.Error(), Detail: detail}); err != nil {
@@ -422,6 +431,16 @@ func (t *tx) runStep(ctx context.Context, c *Component, step string, attempt int
 		return stepErr, nil
 	}
 	return nil, t.appendEvent(Event{Type: EvStepDone, Component: c.Name, Step: step, Attempt: attempt, Detail: detail})
+}
+
+// stateWriteFailed reports whether err is the transaction directory refusing a write because
+// its file system is full or read-only.
+func stateWriteFailed(dir string, err error) bool {
+	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) && !errors.Is(err, syscall.EROFS) {
+		return false
+	}
+	var pe *fs.PathError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Path, dir+string(filepath.Separator))
 }
 
 func (t *tx) runForward(ctx context.Context, c *Component, step string, attempt int) (json.RawMessage, error) {

@@ -16,7 +16,8 @@ import (
 // that may carry its sequence number (1, 2, … by position). Appends from concurrent callers
 // are group-committed: records that arrive while a write+fsync is in flight go out together
 // in the next one, and each caller returns only after its own record is durable. After a
-// failed write or fsync nothing more is acknowledged.
+// failed write or fsync nothing more is acknowledged; the bytes of a failed write are cut off
+// again, so that a full disk leaves no torn record behind.
 //
 // The repair rule, applied by Open and reported by Read, is the only one: an incomplete final
 // record (bytes after the last newline: a write cut short, never acknowledged) may be cut, and
@@ -263,13 +264,33 @@ func (l *Log) AppendSeq(kind string, version int, build func(seq uint64) any) er
 }
 
 func writeSync(f *os.File, batch [][]byte) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
 	if _, err := f.Write(bytes.Join(batch, nil)); err != nil {
+		// A full disk cuts a write short: take the partial record back off, or the next reader
+		// finds a torn tail where no record was acknowledged.
+		if terr := cutBack(f, fi.Size()); terr != nil {
+			return fmt.Errorf("%w (and removing the partly written record: %v)", err, terr)
+		}
 		return err
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("fsync: %w", err)
 	}
 	return nil
+}
+
+// cutBack truncates f to size and syncs it, leaving the offset at the end for the next write.
+func cutBack(f *os.File, size int64) error {
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	if _, err := f.Seek(size, io.SeekStart); err != nil {
+		return err
+	}
+	return f.Sync()
 }
 
 // Path is the log's file path.

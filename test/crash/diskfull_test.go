@@ -55,17 +55,24 @@ func TestDiskFullMidRun(t *testing.T) {
 			if err := os.Remove(filler); err != nil {
 				t.Fatal(err)
 			}
-			must(t, run(t, dir, nil, "recover"), "recover after freeing space")
-			agree(t, dir, "after recover")
-			must(t, run(t, dir, nil, "apply", "-auto-approve"), "apply after freeing space")
-			agree(t, dir, "after apply")
-			if st := readState(t, dir); st == nil || len(st.Resources) != 6 {
-				t.Fatalf("converged state: %v", st)
-			}
+			recoverAndApply(t, dir, "after freeing space")
 		})
 	}
 	t.Logf("%d of 8 runs ran out of space", failed)
 	if failed < 3 {
 		t.Fatalf("only %d runs ran out of space: the sizes do not hit the run", failed)
+	}
+}
+
+// recoverAndApply runs `sysbox recover` and then apply after a fault was removed, and checks
+// that state and world agree after each and that the lab converged (all six resources).
+func recoverAndApply(t *testing.T, dir, what string) {
+	t.Helper()
+	must(t, run(t, dir, nil, "recover"), "recover "+what)
+	agree(t, dir, "after recover "+what)
+	must(t, run(t, dir, nil, "apply", "-auto-approve"), "apply "+what)
+	agree(t, dir, "after apply "+what)
+	if st := readState(t, dir); st == nil || len(st.Resources) != 6 {
+		t.Fatalf("converged state %s: %v", what, st)
 	}
 }

@@ -1,4 +1,6 @@
-// Package failpoint kills the process with SIGKILL at a named point of a run, for crash tests.
+// Package failpoint kills the process with SIGKILL at a named point of a run, for crash tests,
+// or (EnvAction=stop) stops it there with SIGSTOP until it is continued, for fault tests that
+// change the file system at an exact point.
 // A Set is parsed from "point@N[,point@N…]": the process dies right after the Nth hit of that
 // point. Names must be ones the caller declares, so a misspelled point is an error instead of a
 // crash test that never crashes. A trace file, when set, receives one line per hit, so that a
@@ -11,6 +13,7 @@ package failpoint
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +23,9 @@ import (
 
 // EnvSpec and EnvTrace name the environment variables test builds read (see FromEnv).
 const (
-	EnvSpec  = "SYSBOX_EXEC_FAILPOINT"
-	EnvTrace = "SYSBOX_EXEC_FAILPOINT_TRACE"
+	EnvSpec   = "SYSBOX_EXEC_FAILPOINT"
+	EnvTrace  = "SYSBOX_EXEC_FAILPOINT_TRACE"
+	EnvAction = "SYSBOX_EXEC_FAILPOINT_ACTION" // "kill" (default) or "stop"
 )
 
 // Set is a parsed failpoint specification; its Hit method is safe for concurrent use.
@@ -31,6 +35,7 @@ type Set struct {
 	want  map[string]int
 	count map[string]int
 	trace *os.File
+	stop  bool // SIGSTOP and carry on when continued, instead of SIGKILL
 }
 
 // Parse parses spec ("" is a Set that never kills). Every name must be in known.
@@ -69,6 +74,13 @@ func FromEnv(lookup func(string) (string, bool), known []string) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", EnvSpec, err)
 	}
+	switch action, _ := lookup(EnvAction); action {
+	case "", "kill":
+	case "stop":
+		s.stop = true
+	default:
+		return nil, fmt.Errorf("%s: unknown action %q (want kill or stop)", EnvAction, action)
+	}
 	if trace != "" {
 		if s.trace, err = os.OpenFile(trace, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvTrace, err)
@@ -88,7 +100,9 @@ func (s *Set) Hit(name string) {
 	}
 	s.mu.Lock()
 	s.count[name]++
-	if s.want[name] != 0 && s.count[name] == s.want[name] {
+	if s.want[name] != 0 && s.count[name] == s.want[name] && s.stop {
+		stopHere()
+	} else if s.want[name] != 0 && s.count[name] == s.want[name] {
 		// The lock is never released: while the signal is delivered no other goroutine passes
 		// (or traces) a point, so a killed run's trace holds exactly the points before this one.
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -99,6 +113,17 @@ func (s *Set) Hit(name string) {
 		_, _ = s.trace.WriteString(name + "\n")
 	}
 	s.mu.Unlock()
+}
+
+// stopHere stops the process and returns once it is continued. The stop signal may be taken by
+// another thread while this one runs on until the group stop reaches it: waiting for SIGCONT
+// keeps the caller exactly at the point.
+func stopHere() {
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	<-cont
 }
 
 // Count reads a trace file: how many times each point was hit.

@@ -81,3 +81,22 @@ func TestHitUndeclaredPanics(t *testing.T) {
 	}()
 	s.Hit("other")
 }
+
+// TestFromEnvAction: "stop" is the only other action; a misspelled one is refused, or a fault
+// test would get a SIGKILL where it expects a stopped process.
+func TestFromEnvAction(t *testing.T) {
+	for action, ok := range map[string]bool{"": true, "kill": true, "stop": true, "pause": false, "STOP": false} {
+		env := map[string]string{EnvSpec: "state@1", EnvAction: action}
+		s, err := FromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, known)
+		if ok != (err == nil) {
+			t.Errorf("action %q: %v", action, err)
+			continue
+		}
+		if err != nil && !strings.Contains(err.Error(), EnvAction) {
+			t.Errorf("action %q: %v does not name %s", action, err, EnvAction)
+		}
+		if err == nil && s.stop != (action == "stop") {
+			t.Errorf("action %q: stop = %v", action, s.stop)
+		}
+	}
+}
