@@ -103,10 +103,24 @@ type Resetter interface {
 	NewGeneration(ctx context.Context, prior substrate.Handle, priorOwner substrate.Owner, spec substrate.NodeSpec) (substrate.Handle, error)
 }
 
-// Importer adopts an existing object (S22). How ownership of a foreign object is proven is the
+// Importer adopts an existing node (S22). How ownership of a foreign object is proven is the
 // driver's documented rule.
 type Importer interface {
 	ImportNode(ctx context.Context, externalID string, owner substrate.Owner) (substrate.ImportedNode, error)
+}
+
+// NetworkImporter adopts an existing network object as spec.Owner's network (S22), under the
+// same rule as ImportNode: an object marked for the same resource or carrying no marker at all
+// is claimed (marked); one carrying another resource's marker is refused with ErrNotOwned and
+// an error naming that topology and address.
+type NetworkImporter interface {
+	ImportNetwork(ctx context.Context, externalID string, spec substrate.NetworkSpec) (substrate.Handle, error)
+}
+
+// PolicyImporter adopts an existing policy object (a table) inside node as spec.Owner's policy
+// (S22), under NetworkImporter's rule.
+type PolicyImporter interface {
+	ImportPolicy(ctx context.Context, node substrate.Handle, externalID string, atts []substrate.AttachmentState, spec substrate.PolicySpec) (substrate.Handle, error)
 }
 
 // Auditor lists objects that carry a topology's ownership markers (destroy's residue audit).
