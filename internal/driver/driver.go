@@ -72,6 +72,21 @@ type NICs interface {
 	ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error
 }
 
+// HostEntry is one address and the names that resolve to it inside a node (an attachment's
+// aliases, S8).
+type HostEntry struct {
+	Address string   `json:"address"` // IPv4 address, no prefix length
+	Names   []string `json:"names"`
+}
+
+// Hosts is the optional part of the NIC capability that makes names resolve inside a node: the
+// aliases of the attachments on the node's networks (its neighbours' and its own). SetHosts
+// replaces the whole set; the executor calls it after wiring a node (before StartNode) and
+// again whenever the set changes. A driver refuses a node whose markers are not owner's.
+type Hosts interface {
+	SetHosts(ctx context.Context, node substrate.Handle, owner substrate.Owner, entries []HostEntry) error
+}
+
 // NodeState is the only code that understands a driver's private envelopes (S7).
 type NodeState interface {
 	// CheckPrivate refuses an envelope of an unknown version or lacking the ownership evidence
