@@ -14,9 +14,9 @@ import (
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
-// hostsMarkerPrefix starts the line of a node's hosts file that names its owner, so that the
-// residue audit can tell whose a left-over file is.
-const hostsMarkerPrefix = "# sysbox owner "
+// HostsMarkerPrefix starts the line of a node's hosts file that names its owner, so that the
+// residue audit can tell whose a left-over file is; everything before it is the base.
+const HostsMarkerPrefix = "# sysbox owner "
 
 // RenderHosts is a node's hosts file: base (the lines a resolver needs anyway, e.g. the host's
 // /etc/hosts or localhost), then owner's marker line and one line per entry, sorted by address.
@@ -26,7 +26,7 @@ func RenderHosts(base []byte, owner substrate.Owner, entries []driver.HostEntry)
 	if len(base) > 0 && base[len(base)-1] != '\n' {
 		b.WriteByte('\n')
 	}
-	b.WriteString(hostsMarkerPrefix + owner.Marker() + "\n")
+	b.WriteString(HostsMarkerPrefix + owner.Marker() + "\n")
 	b.WriteString("# attachment aliases on this node's networks (written by sysbox; do not edit)\n")
 	es := append([]driver.HostEntry(nil), entries...)
 	sort.SliceStable(es, func(i, j int) bool { return es[i].Address < es[j].Address })
@@ -47,7 +47,7 @@ func HostsOwner(path string) (substrate.Owner, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if m, ok := strings.CutPrefix(sc.Text(), hostsMarkerPrefix); ok {
+		if m, ok := strings.CutPrefix(sc.Text(), HostsMarkerPrefix); ok {
 			return substrate.ParseMarker(m)
 		}
 	}
