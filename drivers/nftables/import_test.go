@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	"zyvor.dev/sysbox/drivers/netns"
-	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/drivertest"
-	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -15,17 +13,8 @@ import (
 // node is claimed by ImportPolicy under its own name — replaced by the declared policy with
 // this resource's marker, observed present — and deleted by its new owner.
 func TestKernelImportClaimsUnmarkedTable(t *testing.T) {
-	testenv.RequireRoot(t)
-	bb := testenv.RequireBinary(t, "busybox")
+	nd, pd, bb := policyRig(t)
 	ctx := context.Background()
-	reg := driver.NewRegistry()
-	nd := netns.New()
-	pd := New(reg)
-	for _, d := range []driver.Driver{nd, pd} {
-		if err := reg.Register(d); err != nil {
-			t.Fatal(err)
-		}
-	}
 	topo := drivertest.RandomTopology()
 	t.Cleanup(func() { _ = nd.Scrub(ctx, topo) })
 	no := substrate.Owner{Topology: topo, Address: "sysbox_node.n", Type: "sysbox_node", Generation: 1}

@@ -82,7 +82,8 @@ func (r *run) buildAliases(actions []Action) *aliasIndex {
 					ix.touched[at.Network.String()] = true
 				}
 			}
-			if _, planned := nodes[addr]; !planned && !(ix.fresh[addr] == false && hasKey(ix.fresh, addr)) {
+			deleted := hasKey(ix.fresh, addr) && !ix.fresh[addr]
+			if _, planned := nodes[addr]; !planned && !deleted {
 				nodes[addr] = atts
 			}
 		}
