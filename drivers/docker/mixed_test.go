@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"zyvor.dev/sysbox/drivers/netns"
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
 // TestDaemonMixedWithNetnsNode puts a Docker container and a netns node on one bridge made by
 // the netns driver's managed network, and has them exchange traffic both ways (busybox httpd,
-// wget, ping).
+// wget, ping), by address and by attachment alias.
 func TestDaemonMixedWithNetnsNode(t *testing.T) {
 	d := daemonDriver(t)
 	bb := testenv.RequireBinary(t, "busybox")
@@ -97,6 +98,47 @@ func TestDaemonMixedWithNetnsNode(t *testing.T) {
 		res, err := x.run()
 		if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), x.want) {
 			t.Fatalf("%s: got exit %d stdout %q stderr %q, %v; want %q", x.name, res.ExitCode, res.Stdout, res.Stderr, err, x.want)
+		}
+	}
+
+	// Attachment aliases (S8): each side resolves the other's alias — the container through
+	// the hosts file Docker bind-mounts in, the netns node through its own — and pings it by
+	// name; static busybox reads /etc/hosts itself (no NSS module needed).
+	entries := []driver.HostEntry{{Address: "203.0.113.10", Names: []string{"web-ns"}}, {Address: "203.0.113.20", Names: []string{"web-ctr", "ctr"}}}
+	if err := d.SetHosts(ctx, cH, cOwner, entries); err != nil {
+		t.Fatalf("docker SetHosts: %v", err)
+	}
+	if err := nd.SetHosts(ctx, nsH, nsOwner, entries); err != nil {
+		t.Fatalf("netns SetHosts: %v", err)
+	}
+	if err := d.SetHosts(ctx, cH, cOwner, entries); err != nil { // again: replaces, never appends
+		t.Fatalf("docker SetHosts again: %v", err)
+	}
+	byName := []struct {
+		name string
+		run  func() (substrate.ExecResult, error)
+		want string
+	}{
+		{"container pings the netns node by alias", func() (substrate.ExecResult, error) {
+			return d.Exec(ctx, cH, substrate.ExecRequest{Argv: []string{"ping", "-c", "1", "-W", "3", "web-ns"}, Timeout: 10 * time.Second})
+		}, "1 packets received"},
+		{"container GETs the netns node by alias", func() (substrate.ExecResult, error) {
+			return d.Exec(ctx, cH, substrate.ExecRequest{Argv: []string{"wget", "-q", "-O", "-", "http://web-ns/index.html"}, Timeout: 10 * time.Second})
+		}, "netns-" + topo},
+		{"netns node pings the container by alias", func() (substrate.ExecResult, error) {
+			return nd.Exec(ctx, nsH, substrate.ExecRequest{Argv: []string{bb, "ping", "-c", "1", "-W", "3", "ctr"}, Timeout: 10 * time.Second})
+		}, "1 packets received"},
+		{"container's hosts file holds one sysbox section", func() (substrate.ExecResult, error) {
+			return d.Exec(ctx, cH, substrate.ExecRequest{Argv: []string{"cat", "/etc/hosts"}, Timeout: 10 * time.Second})
+		}, "203.0.113.20\tweb-ctr ctr\n"},
+	}
+	for _, x := range byName {
+		res, err := x.run()
+		if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), x.want) {
+			t.Fatalf("%s: got exit %d stdout %q stderr %q, %v; want %q", x.name, res.ExitCode, res.Stdout, res.Stderr, err, x.want)
+		}
+		if n := strings.Count(string(res.Stdout), "# sysbox owner "); x.want[0] == '2' && n != 1 {
+			t.Fatalf("%s: %d sysbox owner lines, want 1:\n%s", x.name, n, res.Stdout)
 		}
 	}
 

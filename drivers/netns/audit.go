@@ -61,6 +61,11 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 			out = append(out, substrate.Object{Kind: "netns-sidecar", ExternalID: d.sidecarPath(name), Owner: o})
 		}
 	}
+	hosts, err := d.hostsResidue(topology, listed)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, hosts...)
 	intents, err := linuxnet.Intents(d.intentDir(), topology)
 	if err != nil {
 		return nil, err

@@ -58,6 +58,8 @@ var (
 	_ driver.GuestExec           = (*Driver)(nil)
 	_ driver.Resetter            = (*Driver)(nil)
 	_ driver.Importer            = (*Driver)(nil)
+	_ driver.NetworkImporter     = (*Driver)(nil)
+	_ driver.Hosts               = (*Driver)(nil)
 	_ driver.Auditor             = (*Driver)(nil)
 	_ linuxnet.NamespaceResolver = (*Driver)(nil)
 )

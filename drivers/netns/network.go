@@ -2,9 +2,13 @@ package netns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/vishvananda/netlink"
+
 	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -41,6 +45,61 @@ func (d *Driver) DeleteNetwork(ctx context.Context, h substrate.Handle, owner su
 	}
 	if err := linuxnet.DeleteBridgeWithIntents(ctx, p.Bridge, owner, d.intentDir()); err != nil {
 		return fmt.Errorf("network %s: %w", owner.Address, err)
+	}
+	return nil
+}
+
+// ImportNetwork adopts the host bridge EXTERNAL_ID as spec.Owner's network. The ownership rule
+// is ImportNode's: a bridge carrying this resource's marker (any generation) or no alias at all
+// is claimed — marked, its MAC pinned and its forward-accept rule added, as CreateNetwork would
+// leave it; another resource's marker or a foreign alias is refused with ErrNotOwned, naming
+// whose it is. The bridge keeps its name.
+func (d *Driver) ImportNetwork(ctx context.Context, externalID string, spec substrate.NetworkSpec) (substrate.Handle, error) {
+	where := fmt.Sprintf("import bridge %s as %s", externalID, spec.Owner.Address)
+	if !spec.Owner.Complete() {
+		return substrate.Handle{}, fmt.Errorf("%s: incomplete owner: %w", where, driver.ErrNotOwned)
+	}
+	if !linuxnet.ValidIfName(externalID) {
+		return substrate.Handle{}, fmt.Errorf("%s: not an interface name: %w", where, driver.ErrInvalid)
+	}
+	if spec.IPv4CIDR != "" {
+		if _, err := linuxnet.ParseIPv4Prefix(spec.IPv4CIDR); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	link, err := netlink.LinkByName(externalID)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return substrate.Handle{}, fmt.Errorf("%s: no such link: %w", where, driver.ErrNotFound)
+		}
+		return substrate.Handle{}, fmt.Errorf("%s: %w: %w", where, driver.ErrUnavailable, err)
+	}
+	if link.Type() != "bridge" {
+		return substrate.Handle{}, fmt.Errorf("%s: link is a %s, not a bridge: %w", where, link.Type(), driver.ErrInvalid)
+	}
+	if err := claimAlias(where, link.Attrs().Alias, spec.Owner); err != nil {
+		return substrate.Handle{}, err
+	}
+	// Marked with exactly this owner, CreateBridge adopts the bridge and finishes it.
+	if err := netlink.LinkSetAlias(link, spec.Owner.Marker()); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: mark: %w", where, err)
+	}
+	if err := linuxnet.CreateBridge(ctx, linuxnet.BridgeSpec{Name: externalID, MTU: spec.MTU, Owner: spec.Owner}); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+	}
+	return substrate.Handle{Driver: Name, ExternalID: externalID, Private: encode(private{Kind: kindNetwork, Bridge: externalID, IPv4CIDR: spec.IPv4CIDR})}, nil
+}
+
+// claimAlias applies the import rule to an object's alias: nil when it is empty or carries
+// owner's resource marker (any generation); otherwise an ErrNotOwned error naming whose it is.
+func claimAlias(where, alias string, owner substrate.Owner) error {
+	prev, err := substrate.ParseMarker(alias)
+	switch {
+	case err == nil && !prev.SameResource(owner):
+		return fmt.Errorf("%s: belongs to %s %s (topology %s): %w", where, prev.Type, prev.Address, prev.Topology, driver.ErrNotOwned)
+	case err != nil && alias != "":
+		return fmt.Errorf("%s: alias %q is not a sysbox marker; refusing to claim: %w", where, alias, driver.ErrNotOwned)
 	}
 	return nil
 }

@@ -420,6 +420,7 @@ func (d *Driver) ownMountPoint(name string, owner substrate.Owner) bool {
 
 func (d *Driver) removeFiles(name string) {
 	removeUTS(d.utsPath(name))
+	_ = os.Remove(d.hostsPath(name))
 	_ = os.Remove(d.sidecarPath(name))
 	_ = os.Remove(d.logPath(name))
 }

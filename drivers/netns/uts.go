@@ -67,7 +67,7 @@ func removeUTS(path string) {
 }
 
 // enter runs fn on a locked OS thread inside the node's network namespace and, if it has one,
-// its UTS namespace; processes fn forks inherit both. The thread is discarded if it cannot
+// its UTS namespace and its hosts file (see hosts.go); processes fn forks inherit them. The thread is discarded if it cannot
 // return to the host namespaces.
 func (d *Driver) enter(name string, fn func() error) error {
 	netNs, err := d.ns(name).Open()
@@ -82,6 +82,9 @@ func (d *Driver) enter(name string, fn func() error) error {
 		}
 		defer uts.Close()
 	}
+	hosts := d.hostsPath(name)
+	_, herr := os.Stat(hosts)
+	withHosts := herr == nil
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -109,6 +112,15 @@ func (d *Driver) enter(name string, fn func() error) error {
 			if err := unix.Setns(int(uts.Fd()), unix.CLONE_NEWUTS); err != nil {
 				ferr = fmt.Errorf("enter uts namespace of %s: %w", name, err)
 			}
+		}
+		if ferr == nil && withHosts {
+			if ferr = mountHosts(hosts); ferr == nil {
+				ferr = fn()
+			}
+			// The thread now has its own mount namespace: leave it locked so that it exits
+			// with this goroutine instead of returning to the pool.
+			errc <- ferr
+			return
 		}
 		if ferr == nil {
 			ferr = fn()

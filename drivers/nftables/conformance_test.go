@@ -16,16 +16,7 @@ import (
 // TestConformance runs the driver conformance suite on the nftables policy driver, in nodes of
 // the netns driver (kernel tier).
 func TestConformance(t *testing.T) {
-	testenv.RequireRoot(t)
-	bb := testenv.RequireBinary(t, "busybox")
-	reg := driver.NewRegistry()
-	nd := netns.New()
-	pd := New(reg)
-	for _, d := range []driver.Driver{nd, pd} {
-		if err := reg.Register(d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nd, pd, bb := policyRig(t)
 	drivertest.Run(t, drivertest.Harness{
 		Driver:     pd,
 		NodeDriver: nd,
@@ -73,4 +64,20 @@ func foreignTable(t drivertest.T, nd *netns.Driver, node substrate.Handle, name 
 		exists, marker, err := tableOwner(c, name)
 		return err == nil && exists && marker == nil
 	}
+}
+
+// policyRig returns the netns node driver and this driver registered together (kernel tier),
+// and busybox.
+func policyRig(t *testing.T) (*netns.Driver, *Driver, string) {
+	testenv.RequireRoot(t)
+	bb := testenv.RequireBinary(t, "busybox")
+	reg := driver.NewRegistry()
+	nd := netns.New()
+	pd := New(reg)
+	for _, d := range []driver.Driver{nd, pd} {
+		if err := reg.Register(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nd, pd, bb
 }

@@ -39,8 +39,9 @@ type Driver struct {
 }
 
 var (
-	_ driver.Policy  = (*Driver)(nil)
-	_ driver.Auditor = (*Driver)(nil)
+	_ driver.Policy         = (*Driver)(nil)
+	_ driver.PolicyImporter = (*Driver)(nil)
+	_ driver.Auditor        = (*Driver)(nil)
 )
 
 // New returns a driver that resolves node namespaces through the node drivers in reg (any
@@ -64,7 +65,7 @@ func Register(r *driver.Registry) error { return r.Register(New(r)) }
 
 // Descriptor implements driver.Driver.
 func (d *Driver) Descriptor() driver.Descriptor {
-	return driver.Descriptor{Name: Name, Version: Version, Capabilities: []driver.Capability{driver.CapPolicy, driver.CapAudit}}
+	return driver.Descriptor{Name: Name, Version: Version, Capabilities: []driver.Capability{driver.CapPolicy, driver.CapImport, driver.CapAudit}}
 }
 
 type private struct {
@@ -94,7 +95,13 @@ func (d *Driver) ApplyPolicy(ctx context.Context, node substrate.Handle, atts []
 	if err != nil {
 		return substrate.Handle{}, err
 	}
-	name := TableName(spec.Owner)
+	return install(ns, TableName(spec.Owner), chains, spec, where, false)
+}
+
+// install atomically replaces table name in ns with chains, marked with spec.Owner, and reads
+// it back. A table of that name carrying another resource's marker (or none) is refused.
+// With claim (import: the operator's claim), an unmarked table is replaced too.
+func install(ns linuxnet.Netns, name string, chains []chainSpec, spec substrate.PolicySpec, where string, claim bool) (substrate.Handle, error) {
 	where += ": table ip " + name + " in " + ns.Path
 	fd, err := ns.Open()
 	if err != nil {
@@ -109,7 +116,8 @@ func (d *Driver) ApplyPolicy(ctx context.Context, node substrate.Handle, atts []
 	if err != nil {
 		return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 	}
-	if exists && (found == nil || !found.SameResource(spec.Owner)) {
+	ours := found != nil && found.SameResource(spec.Owner)
+	if exists && !ours && !(claim && found == nil) {
 		return substrate.Handle{}, fmt.Errorf("%s: exists with marker %v, not this resource's: %w", where, found, driver.ErrNotOwned)
 	}
 	table := &nft.Table{Name: name, Family: nft.TableFamilyIPv4}
@@ -288,6 +296,57 @@ func (d *Driver) DeletePolicy(ctx context.Context, node substrate.Handle, h subs
 		}
 	}
 	return nil
+}
+
+// ImportPolicy implements driver.PolicyImporter: EXTERNAL_ID is a table of family ip inside
+// the node's namespace. A table carrying this resource's marker is adopted untouched (observe
+// then says whether its content matches the declared policy); one with no marker is claimed by
+// replacing it atomically with the declared policy under its own name (the marker lives in
+// the ruleset, so claiming rewrites it); another resource's marker is refused with ErrNotOwned,
+// naming its topology and address.
+func (d *Driver) ImportPolicy(ctx context.Context, node substrate.Handle, externalID string, atts []substrate.AttachmentState, spec substrate.PolicySpec) (substrate.Handle, error) {
+	where := fmt.Sprintf("import table ip %s as %s", externalID, spec.Owner.Address)
+	if !spec.Owner.Complete() {
+		return substrate.Handle{}, fmt.Errorf("%s: incomplete owner: %w", where, driver.ErrNotOwned)
+	}
+	if externalID == "" || len(externalID) > 255 || strings.ContainsAny(externalID, "\x00 /") {
+		return substrate.Handle{}, fmt.Errorf("%s: not a table name: %w", where, driver.ErrInvalid)
+	}
+	ns, err := d.Resolve(ctx, node)
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: node %s: %w", where, node.ExternalID, err)
+	}
+	fd, err := ns.Open()
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: node %s: %w: %w", where, node.ExternalID, driver.ErrUnavailable, err)
+	}
+	c, err := nft.New(nft.WithNetNSFd(int(fd)))
+	if err != nil {
+		fd.Close()
+		return substrate.Handle{}, fmt.Errorf("%s: %w: %w", where, driver.ErrUnavailable, err)
+	}
+	exists, found, err := tableOwner(c, externalID)
+	fd.Close()
+	switch {
+	case err != nil:
+		return substrate.Handle{}, fmt.Errorf("%s: %w: %w", where, driver.ErrUnavailable, err)
+	case !exists:
+		return substrate.Handle{}, fmt.Errorf("%s: no such table in node %s: %w", where, node.ExternalID, driver.ErrNotFound)
+	case found != nil && !found.SameResource(spec.Owner):
+		return substrate.Handle{}, fmt.Errorf("%s: belongs to %s %s (topology %s): %w", where, found.Type, found.Address, found.Topology, driver.ErrNotOwned)
+	case found != nil:
+		p, _ := json.Marshal(private{Table: externalID, Router: spec.Router != nil, Digest: spec.Digest()})
+		return substrate.Handle{Driver: Name, ExternalID: externalID, Private: substrate.Envelope{Driver: Name, Version: envelopeVersion, Data: p}}, nil
+	}
+	devs, err := devices(ns, atts)
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+	}
+	chains, err := render(spec, devs)
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+	}
+	return install(ns, externalID, chains, spec, where, true)
 }
 
 func decodePrivate(env substrate.Envelope) (private, error) {

@@ -72,6 +72,21 @@ type NICs interface {
 	ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error
 }
 
+// HostEntry is one address and the names that resolve to it inside a node (an attachment's
+// aliases, S8).
+type HostEntry struct {
+	Address string   `json:"address"` // IPv4 address, no prefix length
+	Names   []string `json:"names"`
+}
+
+// Hosts is the optional part of the NIC capability that makes names resolve inside a node: the
+// aliases of the attachments on the node's networks (its neighbours' and its own). SetHosts
+// replaces the whole set; the executor calls it after wiring a node (before StartNode) and
+// again whenever the set changes. A driver refuses a node whose markers are not owner's.
+type Hosts interface {
+	SetHosts(ctx context.Context, node substrate.Handle, owner substrate.Owner, entries []HostEntry) error
+}
+
 // NodeState is the only code that understands a driver's private envelopes (S7).
 type NodeState interface {
 	// CheckPrivate refuses an envelope of an unknown version or lacking the ownership evidence
@@ -103,10 +118,24 @@ type Resetter interface {
 	NewGeneration(ctx context.Context, prior substrate.Handle, priorOwner substrate.Owner, spec substrate.NodeSpec) (substrate.Handle, error)
 }
 
-// Importer adopts an existing object (S22). How ownership of a foreign object is proven is the
+// Importer adopts an existing node (S22). How ownership of a foreign object is proven is the
 // driver's documented rule.
 type Importer interface {
 	ImportNode(ctx context.Context, externalID string, owner substrate.Owner) (substrate.ImportedNode, error)
+}
+
+// NetworkImporter adopts an existing network object as spec.Owner's network (S22), under the
+// same rule as ImportNode: an object marked for the same resource or carrying no marker at all
+// is claimed (marked); one carrying another resource's marker is refused with ErrNotOwned and
+// an error naming that topology and address.
+type NetworkImporter interface {
+	ImportNetwork(ctx context.Context, externalID string, spec substrate.NetworkSpec) (substrate.Handle, error)
+}
+
+// PolicyImporter adopts an existing policy object (a table) inside node as spec.Owner's policy
+// (S22), under NetworkImporter's rule.
+type PolicyImporter interface {
+	ImportPolicy(ctx context.Context, node substrate.Handle, externalID string, atts []substrate.AttachmentState, spec substrate.PolicySpec) (substrate.Handle, error)
 }
 
 // Auditor lists objects that carry a topology's ownership markers (destroy's residue audit).

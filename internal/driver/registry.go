@@ -125,8 +125,12 @@ func implements(d Driver, c Capability) bool {
 		_, ok := d.(Resetter)
 		return ok
 	case CapImport:
-		_, ok := d.(Importer)
-		return ok
+		// Import is one capability whatever a driver can adopt; the executor asks for the
+		// interface of the resource's kind and reports a missing one by name.
+		_, node := d.(Importer)
+		_, network := d.(NetworkImporter)
+		_, policy := d.(PolicyImporter)
+		return node || network || policy
 	case CapAudit:
 		_, ok := d.(Auditor)
 		return ok

@@ -318,8 +318,12 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 		}
 		ops[i] = r.begin(&actions[i])
 	}
+	r.aliasIx = r.buildAliases(actions)
 	failed := r.walk(ctx, actions, ops)
 	r.pending.Wait()
+	if len(failed) == 0 && r.fatal == nil {
+		failed = r.syncNeighbourHosts(ctx)
+	}
 	res.Failed = failed
 	for _, op := range ops {
 		if op != nil && op.Step == StepDone {
@@ -405,6 +409,9 @@ type run struct {
 	mu      sync.Mutex
 	fatal   error          // a failure that leaves the run unfinished (checkpoint or state save failed)
 	pending sync.WaitGroup // operations waiting for their state save
+
+	aliasOnce sync.Once
+	aliasIx   *aliasIndex // attachment aliases by network (hosts.go)
 }
 
 func (r *run) setFatal(err error) {

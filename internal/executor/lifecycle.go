@@ -306,15 +306,8 @@ func (e *Executor) Import(ctx context.Context, desired Action, externalID string
 		return nil, err
 	}
 	defer s.close()
-	if desired.Kind != specs.KindNode {
-		return nil, fmt.Errorf("import %s: only nodes can be imported", addr)
-	}
 	if s.st.Resource(addr) != nil {
 		return nil, fmt.Errorf("import %s: %w", addr, &states.ExistsError{Addr: addr})
-	}
-	imp, err := driver.Get[driver.Importer](e.Registry, driverName, driver.CapImport)
-	if err != nil {
-		return nil, fmt.Errorf("import %s: %w", addr, err)
 	}
 	if s.st.Serial == 0 {
 		next := s.st.Clone()
@@ -325,6 +318,20 @@ func (e *Executor) Import(ctx context.Context, desired Action, externalID string
 		s.st = next
 	}
 	owner := substrate.Owner{Topology: s.st.Lineage, Address: addr.String(), Type: addr.Resource.Type, Generation: 1}
+	if desired.Kind != specs.KindNode {
+		res, err := e.importObject(ctx, s.st, desired, externalID, owner)
+		if err == nil {
+			err = e.saveImported(ctx, s, res)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return res, nil
+	}
+	imp, err := driver.Get[driver.Importer](e.Registry, driverName, driver.CapImport)
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %w", addr, err)
+	}
 	got, err := imp.ImportNode(ctx, externalID, owner)
 	if err != nil {
 		return nil, fmt.Errorf("import %s from %s: %w", addr, externalID, err)
@@ -360,14 +367,22 @@ func (e *Executor) Import(ctx context.Context, desired Action, externalID string
 				Reason: "imported without configured attachment(s) " + strings.Join(missing, ", ")}
 		}
 	}
+	if err := e.saveImported(ctx, s, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// saveImported records res in state (one CAS save).
+func (e *Executor) saveImported(ctx context.Context, s *session, res *states.Resource) error {
 	next := s.st.Clone()
 	next.Set(res)
 	next.Serial = s.st.Serial + 1
 	next.ToolVersion = states.ToolVersion()
 	if err := e.State.Save(ctx, next, s.st.Serial); err != nil {
-		return nil, fmt.Errorf("import %s: save state: %w", addr, err)
+		return fmt.Errorf("import %s: save state: %w", res.Addr, err)
 	}
-	return res, nil
+	return nil
 }
 
 // Exec runs argv inside the node at addr through its driver's guest execution capability.

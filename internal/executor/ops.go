@@ -336,8 +336,16 @@ func (r *run) wireNode(ctx context.Context, op *OpState, nodes driver.Nodes) err
 		if err != nil {
 			return err
 		}
+		// Names before the main process starts (it sees its hosts file from the start), and
+		// again after: a runtime may rebuild the file when it starts the node (Docker).
+		if err := r.setHosts(ctx, op, h); err != nil {
+			return err
+		}
 		if err := nodes.StartNode(ctx, h, spec); err != nil {
 			return fmt.Errorf("start node %s: %w", h.ExternalID, err)
+		}
+		if err := r.setHosts(ctx, op, h); err != nil {
+			return err
 		}
 		if !op.Step.atLeast(StepStarted) {
 			if err := r.ck(op, StepStarted); err != nil {

@@ -77,13 +77,16 @@ type Harness struct {
 type Case struct {
 	Name string
 	Caps []driver.Capability // on Harness.Driver; the case applies when it declares them all
-	Run  func(t T, h *Harness)
+	// Applies, when set, further limits the case to drivers it accepts (an optional interface
+	// within a capability).
+	Applies func(d driver.Driver) bool
+	Run     func(t T, h *Harness)
 }
 
 // Cases lists every conformance case, by capability.
 func Cases() []Case {
 	var out []Case
-	for _, group := range [][]Case{nodeCases, networkCases, nicCases, resetCases, policyCases, auditCases, artifactCases} {
+	for _, group := range [][]Case{nodeCases, networkCases, nicCases, resetCases, policyCases, auditCases, artifactCases, importCases} {
 		out = append(out, group...)
 	}
 	return out
@@ -97,7 +100,7 @@ func applies(c Case, h *Harness) bool {
 			return false
 		}
 	}
-	return true
+	return c.Applies == nil || c.Applies(h.Driver)
 }
 
 // Run runs every case that applies to h.Driver as a subtest of t.

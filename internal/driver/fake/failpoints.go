@@ -38,7 +38,7 @@ var ErrInjected = errors.New("injected failure")
 var methods = []string{"ApplyPolicy", "Attach", "ConfigureGuestNetwork", "CreateNetwork", "CreateNode",
 	"DeleteNetwork", "DeleteNode", "DeletePolicy", "Detach", "Exec", "ImportNode", "NewGeneration",
 	"ObserveAttachment", "ObserveNetwork", "ObserveNode", "ObservePolicy", "Residue", "ResolveArtifact",
-	"StartNode", "StopNode", "VerifyArtifact"}
+	"SetHosts", "StartNode", "StopNode", "VerifyArtifact"}
 
 // ParseFailpoints parses "Point[@N]=action,…", e.g. "CreateNode.after@2=crash,Attach=error".
 // An unknown point or action is an error.

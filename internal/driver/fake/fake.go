@@ -64,6 +64,8 @@ type Node struct {
 	EnvKeys  []string          `json:"env_keys,omitempty"` // names only, never values
 	Routes   []substrate.Route `json:"routes,omitempty"`
 	Foreign  bool              `json:"foreign,omitempty"` // created by AddForeignNode, not by sysbox
+	// Hosts is what SetHosts last gave the node: address → names.
+	Hosts map[string][]string `json:"hosts,omitempty"`
 }
 
 // NIC is the physical side of one attachment.

@@ -180,3 +180,26 @@ func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handl
 	n.Routes = append([]substrate.Route(nil), routes...)
 	return d.commit("ConfigureGuestNetwork")
 }
+
+var _ driver.Hosts = (*Driver)(nil)
+
+// SetHosts records the names the node resolves (driver.Hosts), after checking its marker.
+func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner substrate.Owner, entries []driver.HostEntry) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.enter(ctx, "SetHosts"); err != nil {
+		return err
+	}
+	n := d.world.Nodes[node.ExternalID]
+	if n == nil {
+		return fmt.Errorf("fake node %s: hosts: %w", node.ExternalID, driver.ErrNotFound)
+	}
+	if n.Marker != owner.Marker() {
+		return fmt.Errorf("fake node %s: hosts: marker is not %s's: %w", n.ID, owner.Address, driver.ErrNotOwned)
+	}
+	n.Hosts = map[string][]string{}
+	for _, e := range entries {
+		n.Hosts[e.Address] = append([]string(nil), e.Names...)
+	}
+	return d.commit("SetHosts")
+}
