@@ -269,66 +269,10 @@ func (r *run) networkHandle(at specs.Attachment) (substrate.Handle, error) {
 // wireNode attaches every desired attachment not yet recorded, configures the guest network
 // and starts the node, checkpointing after each substep.
 func (r *run) wireNode(ctx context.Context, op *OpState, nodes driver.Nodes) error {
-	a := &op.Action
 	h := *op.Handle
-	if len(a.Node.Attachments) > 0 {
-		nics, err := driver.Get[driver.NICs](r.e.Registry, a.Driver, driver.CapNIC)
-		if err != nil {
+	if len(op.Action.Node.Attachments) > 0 {
+		if err := r.wireAttachments(ctx, op, h); err != nil {
 			return err
-		}
-		have := map[string]int{}
-		for i, at := range op.Attachments {
-			have[at.Name] = i
-		}
-		if r.recovering && !op.Step.atLeast(StepStateSaved) {
-			// Re-observe what the checkpoint says was wired.
-			kept := op.Attachments[:0]
-			for _, at := range op.Attachments {
-				obs, err := nics.ObserveAttachment(ctx, h, at, op.Owner)
-				if err != nil || obs.Status == substrate.Unknown {
-					return unknownErr("attachment "+at.Name, obs, err)
-				}
-				if obs.Status != substrate.Absent {
-					kept = append(kept, at)
-				}
-			}
-			op.Attachments = kept
-			have = map[string]int{}
-			for i, at := range op.Attachments {
-				have[at.Name] = i
-			}
-		}
-		reattached := false
-		for _, want := range a.Node.Attachments {
-			if _, ok := have[want.Name]; ok {
-				continue
-			}
-			reattached = reattached || op.Step.atLeast(StepWired)
-			nh, err := r.networkHandle(want)
-			if err != nil {
-				return err
-			}
-			st, err := nics.Attach(ctx, h, substrate.AttachmentSpec{Owner: op.Owner, Node: op.Addr, Name: want.Name,
-				Network: nh, IPv4: want.IPv4, MAC: want.MAC, Gateway: want.Gateway, Aliases: want.Aliases, MTU: want.MTU})
-			if err != nil {
-				return fmt.Errorf("attach %s: %w", want.Name, err)
-			}
-			op.Attachments = append(op.Attachments, st)
-			if err := r.ck(op, StepAttached); err != nil {
-				return err
-			}
-		}
-		// A NIC attached again (recovery found it lost) comes without the guest's addresses,
-		// gateway and routes: configure the guest network again, whatever step the checkpoint
-		// had reached (ConfigureGuestNetwork is idempotent). The attach checkpoint above
-		// records step "attached", so a crash before this configuration redoes it too.
-		if reattached || !op.Step.atLeast(StepWired) {
-			if err := nics.ConfigureGuestNetwork(ctx, h, op.Attachments, a.Node.Routes); err != nil {
-				return fmt.Errorf("configure guest network: %w", err)
-			}
-			if err := r.ck(op, StepWired); err != nil {
-				return err
-			}
 		}
 	}
 	if !op.Step.atLeast(StepStarted) || r.recovering {
@@ -353,6 +297,75 @@ func (r *run) wireNode(ctx context.Context, op *OpState, nodes driver.Nodes) err
 			}
 		}
 	}
+	return nil
+}
+
+// wireAttachments attaches the node's missing NICs (after recovery, those the checkpoint
+// recorded but the driver no longer observes) and configures the guest network.
+func (r *run) wireAttachments(ctx context.Context, op *OpState, h substrate.Handle) error {
+	a := &op.Action
+	nics, err := driver.Get[driver.NICs](r.e.Registry, a.Driver, driver.CapNIC)
+	if err != nil {
+		return err
+	}
+	if r.recovering && !op.Step.atLeast(StepStateSaved) {
+		if err := r.keepObservedAttachments(ctx, op, h, nics); err != nil {
+			return err
+		}
+	}
+	have := map[string]int{}
+	for i, at := range op.Attachments {
+		have[at.Name] = i
+	}
+	reattached := false
+	for _, want := range a.Node.Attachments {
+		if _, ok := have[want.Name]; ok {
+			continue
+		}
+		reattached = reattached || op.Step.atLeast(StepWired)
+		nh, err := r.networkHandle(want)
+		if err != nil {
+			return err
+		}
+		st, err := nics.Attach(ctx, h, substrate.AttachmentSpec{Owner: op.Owner, Node: op.Addr, Name: want.Name,
+			Network: nh, IPv4: want.IPv4, MAC: want.MAC, Gateway: want.Gateway, Aliases: want.Aliases, MTU: want.MTU})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", want.Name, err)
+		}
+		op.Attachments = append(op.Attachments, st)
+		if err := r.ck(op, StepAttached); err != nil {
+			return err
+		}
+	}
+	// A NIC attached again (recovery found it lost) comes without the guest's addresses,
+	// gateway and routes: configure the guest network again, whatever step the checkpoint
+	// had reached (ConfigureGuestNetwork is idempotent). The attach checkpoint above
+	// records step "attached", so a crash before this configuration redoes it too.
+	if reattached || !op.Step.atLeast(StepWired) {
+		if err := nics.ConfigureGuestNetwork(ctx, h, op.Attachments, a.Node.Routes); err != nil {
+			return fmt.Errorf("configure guest network: %w", err)
+		}
+		if err := r.ck(op, StepWired); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keepObservedAttachments re-observes what the checkpoint says was wired and keeps only the
+// attachments still present.
+func (r *run) keepObservedAttachments(ctx context.Context, op *OpState, h substrate.Handle, nics driver.NICs) error {
+	kept := op.Attachments[:0]
+	for _, at := range op.Attachments {
+		obs, err := nics.ObserveAttachment(ctx, h, at, op.Owner)
+		if err != nil || obs.Status == substrate.Unknown {
+			return unknownErr("attachment "+at.Name, obs, err)
+		}
+		if obs.Status != substrate.Absent {
+			kept = append(kept, at)
+		}
+	}
+	op.Attachments = kept
 	return nil
 }
 
