@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"zyvor.dev/sysbox/internal/driver"
@@ -59,26 +61,74 @@ func artifactFiles(kind, src string) ([][2]string, error) {
 	return nil, fmt.Errorf("kind %q: the libvirt driver resolves %s, %s and %s: %w", kind, KindQCOW2, KindRootfs, KindKernel, driver.ErrInvalid)
 }
 
-// digestFiles is the artifact digest: a single file's sha256, or for several files the sha256
-// of "name sha256hex\n" lines in order (so a kernel with and without initrd differ).
-func digestFiles(files [][2]string) (string, int64, error) {
+// sourceDigest is the artifact digest of src, the same digest sysbox computes at plan time
+// (internal/handlers.DigestSource, which a driver may not import; TestDigestMatchesPlanTime
+// keeps the two equal): a file's sha256, or for a directory the sha256 of a canonical listing of
+// every entry (relative path, type, mode bits, symlink target, each regular file's sha256) in
+// lexical order.
+func sourceDigest(src string) (string, int64, error) {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return "", 0, err
+	}
+	if !fi.IsDir() {
+		sum, n, err := hashFile(src)
+		return "sha256:" + sum, n, err
+	}
+	var paths []string
+	if err := filepath.WalkDir(src, func(p string, _ fs.DirEntry, err error) error {
+		paths = append(paths, p)
+		return err
+	}); err != nil {
+		return "", 0, err
+	}
+	sort.Strings(paths)
+	h := sha256.New()
 	var size int64
-	var lines bytes.Buffer
-	var single string
-	for _, f := range files {
-		h, n, err := hashFile(f[1])
+	for _, p := range paths {
+		rel, _ := filepath.Rel(src, p)
+		rel = filepath.ToSlash(rel)
+		li, err := os.Lstat(p)
 		if err != nil {
 			return "", 0, err
 		}
-		size += n
-		single = h
-		fmt.Fprintf(&lines, "%s %s\n", f[0], h)
+		switch {
+		case li.Mode()&fs.ModeSymlink != 0:
+			t, err := os.Readlink(p)
+			if err != nil {
+				return "", 0, err
+			}
+			fmt.Fprintf(h, "L %s %o %s\n", rel, li.Mode().Perm(), t)
+		case li.IsDir():
+			fmt.Fprintf(h, "D %s %o\n", rel, li.Mode().Perm())
+		case li.Mode().IsRegular():
+			sum, n, err := hashFile(p)
+			if err != nil {
+				return "", 0, err
+			}
+			size += n
+			fmt.Fprintf(h, "F %s %o %s\n", rel, li.Mode().Perm(), sum)
+		default:
+			fmt.Fprintf(h, "O %s %v\n", rel, li.Mode().Type())
+		}
 	}
-	if len(files) == 1 {
-		return "sha256:" + single, size, nil
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), size, nil
+}
+
+// manifestName lists the stored files with their sha256 ("name sha256hex" lines): what
+// VerifyArtifact re-checks the store against.
+const manifestName = "MANIFEST"
+
+func manifest(files [][2]string) ([]byte, error) {
+	var b bytes.Buffer
+	for _, f := range files {
+		sum, _, err := hashFile(f[1])
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "%s %s\n", f[0], sum)
 	}
-	sum := sha256.Sum256(lines.Bytes())
-	return "sha256:" + hex.EncodeToString(sum[:]), size, nil
+	return b.Bytes(), nil
 }
 
 func hashFile(path string) (string, int64, error) {
@@ -135,7 +185,7 @@ func (d *Driver) ResolveArtifact(ctx context.Context, spec substrate.ArtifactSpe
 			return substrate.ArtifactIdentity{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	digest, size, err := digestFiles(files)
+	digest, size, err := sourceDigest(src)
 	if err != nil {
 		return substrate.ArtifactIdentity{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -182,6 +232,16 @@ func storeFiles(dir string, files [][2]string) error {
 			return err
 		}
 	}
+	m, err := manifest(files)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, manifestName), m, 0o444); err != nil {
+		return err
+	}
+	if err := durable.SyncDir(tmp); err != nil {
+		return err
+	}
 	if err := os.Rename(tmp, dir); err != nil {
 		if _, serr := os.Stat(dir); serr == nil {
 			return nil // stored meanwhile by another resolve; the caller verifies it
@@ -212,41 +272,38 @@ func copyFileSync(src, dst string) error {
 	return out.Close()
 }
 
-// storedFiles lists a stored artifact's files in digest order.
-func storedFiles(kind, ref string) ([][2]string, error) {
-	switch kind {
-	case KindQCOW2, KindRootfs:
-		return [][2]string{{fileDisk, filepath.Join(ref, fileDisk)}}, nil
-	case KindKernel:
-		out := [][2]string{{fileKernel, filepath.Join(ref, fileKernel)}}
-		if _, err := os.Stat(filepath.Join(ref, fileInitrd)); err == nil {
-			out = append(out, [2]string{fileInitrd, filepath.Join(ref, fileInitrd)})
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("kind %q: %w", kind, driver.ErrInvalid)
-}
-
-// VerifyArtifact re-hashes the stored copy id.Ref and compares it with id.Digest. A stored copy
-// that is gone is ErrNotFound (resolve again); different content is ErrDigestMismatch.
+// VerifyArtifact re-checks the stored copy id.Ref: it must be the store entry of id.Digest, and
+// its files must still hash to what its manifest recorded at resolve (written from content
+// that had that digest). A wrong digest or changed content is ErrDigestMismatch; a stored copy that is
+// gone is ErrNotFound (resolve again).
 func (d *Driver) VerifyArtifact(ctx context.Context, id substrate.ArtifactIdentity) error {
 	what := fmt.Sprintf("artifact %s (%s)", id.Source, id.Kind)
 	if id.Ref == "" {
 		return fmt.Errorf("%s: no stored copy recorded (Ref); resolve it again: %w", what, driver.ErrNotFound)
 	}
-	files, err := storedFiles(id.Kind, id.Ref)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	if want := strings.TrimPrefix(id.Digest, "sha256:"); filepath.Base(id.Ref) != want {
+		return fmt.Errorf("%s: stored copy %s is not the store entry of %s: %w", what, id.Ref, id.Digest, driver.ErrDigestMismatch)
 	}
-	got, _, err := digestFiles(files)
+	m, err := os.ReadFile(filepath.Join(id.Ref, manifestName))
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%s: stored copy %s: %w: %w", what, id.Ref, driver.ErrNotFound, err)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if got != id.Digest {
-		return fmt.Errorf("%s: stored copy %s is %s, want %s: %w", what, id.Ref, got, id.Digest, driver.ErrDigestMismatch)
+	lines := strings.Split(strings.TrimSpace(string(m)), "\n")
+	for _, l := range lines {
+		name, sum, ok := strings.Cut(l, " ")
+		if !ok || strings.Contains(name, "/") {
+			return fmt.Errorf("%s: stored copy %s: malformed manifest line %q: %w", what, id.Ref, l, driver.ErrDigestMismatch)
+		}
+		got, _, err := hashFile(filepath.Join(id.Ref, name))
+		if err != nil {
+			return fmt.Errorf("%s: stored copy %s: %w", what, id.Ref, err)
+		}
+		if got != sum {
+			return fmt.Errorf("%s: stored copy %s: %s is sha256:%s, want sha256:%s (digest %s): %w", what, id.Ref, name, got, sum, id.Digest, driver.ErrDigestMismatch)
+		}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/handlers"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -390,5 +391,43 @@ func TestExecAndGuestNetworkThroughAgent(t *testing.T) {
 	}
 	if _, err := guestNetCommands(atts, nil, map[string]string{}); err == nil {
 		t.Error("guest network commands for a MAC the guest lacks: no error")
+	}
+}
+
+// TestDigestMatchesPlanTime: the driver's digest of a source is the one sysbox computes at plan
+// time (a pinned digest must satisfy both), for a file and for a kernel directory.
+func TestDigestMatchesPlanTime(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{fileKernel: "ELF kernel", fileInitrd: "cpio", "disk.qcow2": "QFI\xfb"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(fileKernel, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{dir, filepath.Join(dir, fileKernel)} {
+		got, gotSize, err := sourceDigest(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantSize, err := handlers.DigestSource(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want || gotSize != wantSize {
+			t.Errorf("%s: driver digest %s (%d bytes), plan-time digest %s (%d bytes)", src, got, gotSize, want, wantSize)
+		}
+	}
+	d, _ := fakeDriver(t)
+	id, err := d.ResolveArtifact(context.Background(), substrate.ArtifactSpec{Kind: KindKernel, Source: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.VerifyArtifact(context.Background(), id); err != nil {
+		t.Errorf("VerifyArtifact of a kernel directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(id.Ref, "disk.qcow2")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stored kernel holds more than vmlinux and initrd.img: %v", err)
 	}
 }
