@@ -196,10 +196,15 @@ func (d *Driver) ResolveArtifact(ctx context.Context, spec substrate.ArtifactSpe
 		GuestFamily: spec.GuestFamily, Size: size, Digest: digest,
 		Ref: filepath.Join(d.storeDir(), strings.TrimPrefix(digest, "sha256:"))}
 	if _, err := os.Stat(id.Ref); err == nil {
-		if err := d.VerifyArtifact(ctx, id); err != nil {
-			return substrate.ArtifactIdentity{}, fmt.Errorf("%s: stored copy: %w", what, err)
+		if d.VerifyArtifact(ctx, id) == nil {
+			return id, nil
 		}
-		return id, nil
+		// The store is a cache keyed by content: an entry that no longer verifies (changed, or
+		// left incomplete by an older sysbox) is replaced from the source, whose digest was just
+		// checked.
+		if err := os.RemoveAll(id.Ref); err != nil {
+			return substrate.ArtifactIdentity{}, fmt.Errorf("%s: replace stored copy %s: %w", what, id.Ref, err)
+		}
 	}
 	if err := storeFiles(id.Ref, files); err != nil {
 		return substrate.ArtifactIdentity{}, fmt.Errorf("%s: store: %w", what, err)

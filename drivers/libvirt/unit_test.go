@@ -282,6 +282,14 @@ func TestArtifacts(t *testing.T) {
 	if err := d.VerifyArtifact(ctx, id); !errors.Is(err, driver.ErrDigestMismatch) {
 		t.Errorf("VerifyArtifact of a tampered store: %v, want ErrDigestMismatch", err)
 	}
+	// Resolving the (unchanged) source again replaces the tampered entry.
+	write("good.qcow2", append([]byte("QFI\xfb\x00\x00\x00\x03"), make([]byte, 64)...))
+	if again, err := d.ResolveArtifact(ctx, substrate.ArtifactSpec{Kind: KindQCOW2, Source: good}); err != nil || again.Digest != id.Digest {
+		t.Fatalf("resolve over a tampered store entry: %+v, %v; want the same digest", again, err)
+	}
+	if err := d.VerifyArtifact(ctx, id); err != nil {
+		t.Errorf("VerifyArtifact after the store entry was replaced: %v", err)
+	}
 	// A kernel directory: the initrd is part of the identity.
 	kdir := filepath.Join(dir, "guest")
 	if err := os.Mkdir(kdir, 0o755); err != nil {
