@@ -8,6 +8,7 @@ require (
 	github.com/chromedp/chromedp v0.23.1
 	github.com/cilium/ebpf v0.22.0
 	github.com/containerd/errdefs v1.0.0
+	github.com/digitalocean/go-libvirt v0.0.0-20261013170128-efbbdf578ac8
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/google/go-cmp v0.7.0
@@ -25,6 +26,7 @@ require (
 	github.com/zclconf/go-cty-yaml v1.2.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/text v0.43.0
+	libvirt.org/go/libvirtxml v1.12008.0
 	modernc.org/sqlite v1.62.0
 )
 

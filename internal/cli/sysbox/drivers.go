@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"zyvor.dev/sysbox/drivers/docker"
 	"zyvor.dev/sysbox/drivers/firecracker"
+	"zyvor.dev/sysbox/drivers/libvirt"
 	"zyvor.dev/sysbox/drivers/netns"
 	"zyvor.dev/sysbox/drivers/nftables"
 	"zyvor.dev/sysbox/internal/backend"
@@ -23,7 +24,7 @@ import (
 
 // EnvTestFakeWorld switches the driver registry to test mode: the in-memory fake driver
 // (internal/driver/fake), persisted to the named file, registered under the built-in driver
-// names (netns, nftables, docker). Crash tests use it to kill the real binary at every step
+// names (netns, nftables, docker, libvirt). Crash tests use it to kill the real binary at every step
 // without touching the host. Only test builds honour it (build tag sysboxtest, or this
 // package's own tests); a normal build refuses to run with it set rather than silently use
 // the real drivers.
@@ -36,7 +37,7 @@ var testRegistry func(world string, names []string) (*driver.Registry, error)
 
 // builtinDrivers register the drivers sysbox ships with; the registry they fill is the one
 // list of driver names (in test mode the fake stands in under each of them).
-var builtinDrivers = []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register, firecracker.Register}
+var builtinDrivers = []func(*driver.Registry) error{netns.Register, nftables.Register, docker.Register, libvirt.Register, firecracker.Register}
 
 // DriverRegistry builds the registry of this process: the built-in drivers, or in test mode
 // (EnvTestFakeWorld set in the environment lookup) the fake under their names. This is the one

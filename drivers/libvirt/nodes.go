@@ -1,0 +1,608 @@
+package libvirt
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/argv"
+	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+// privateVersion is the version of nodePrivate inside a node handle's envelope.
+const privateVersion = 1
+
+// nodePrivate is the provider-private part of a node handle (S7).
+type nodePrivate struct {
+	UUID    string `json:"uuid"`
+	Name    string `json:"name"`
+	Overlay string `json:"overlay"`
+	Marker  string `json:"marker"` // the owner the domain was defined for
+}
+
+func nodeHandle(p nodePrivate) substrate.Handle {
+	data, _ := json.Marshal(p)
+	return substrate.Handle{Driver: Name, ExternalID: p.UUID,
+		Private: substrate.Envelope{Driver: Name, Version: privateVersion, Data: data}}
+}
+
+func decodeNodePrivate(env substrate.Envelope) (nodePrivate, error) {
+	var p nodePrivate
+	if env.Driver != Name {
+		return p, fmt.Errorf("envelope belongs to driver %q, not %q", env.Driver, Name)
+	}
+	if env.Version < 1 || env.Version > privateVersion {
+		return p, fmt.Errorf("envelope version %d: this driver knows versions 1..%d; upgrade sysbox", env.Version, privateVersion)
+	}
+	if err := json.Unmarshal(env.Data, &p); err != nil {
+		return p, fmt.Errorf("envelope data: %w", err)
+	}
+	return p, nil
+}
+
+// CheckPrivate refuses envelopes of unknown versions and envelopes lacking the domain UUID or
+// the ownership marker that destructive calls compare against.
+func (d *Driver) CheckPrivate(env substrate.Envelope) error {
+	p, err := decodeNodePrivate(env)
+	if err != nil {
+		return fmt.Errorf("libvirt node envelope: %w", err)
+	}
+	if _, err := parseUUID(p.UUID); err != nil {
+		return fmt.Errorf("libvirt node envelope: %v: %w", err, driver.ErrNotOwned)
+	}
+	if _, err := substrate.ParseMarker(p.Marker); err != nil {
+		return fmt.Errorf("libvirt node envelope for domain %s: no ownership marker (%v): %w", p.Name, err, driver.ErrNotOwned)
+	}
+	return nil
+}
+
+func parseUUID(s string) (golibvirt.UUID, error) {
+	var u golibvirt.UUID
+	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
+	if err != nil || len(b) != len(u) {
+		return u, fmt.Errorf("domain UUID %q is malformed", s)
+	}
+	copy(u[:], b)
+	return u, nil
+}
+
+func formatUUID(u golibvirt.UUID) string {
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func newUUID() string {
+	var u golibvirt.UUID
+	_, _ = rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	return formatUUID(u)
+}
+
+// overlayDir holds one topology's overlays (and their owner records): a directory per topology
+// so that the audit finds them without a domain.
+func (d *Driver) overlayDir(topology string) string {
+	sum := sha256.Sum256([]byte(topology))
+	return filepath.Join(d.stateDir, "overlays", hex.EncodeToString(sum[:8]))
+}
+
+func (d *Driver) overlayPath(o substrate.Owner) string {
+	return filepath.Join(d.overlayDir(o.Topology), domainName(o)+".qcow2")
+}
+
+func (d *Driver) consolePath(o substrate.Owner) string {
+	return filepath.Join(d.overlayDir(o.Topology), domainName(o)+".console.log")
+}
+
+// ownerRecord sits next to an overlay and names its owner, for the audit.
+func ownerRecord(overlay string) string { return strings.TrimSuffix(overlay, ".qcow2") + ".owner" }
+
+// lookupOwned finds h's domain by UUID, reads its definition and checks its metadata against owner.
+func (d *Driver) lookupOwned(ctx context.Context, what string, h substrate.Handle, owner substrate.Owner) (conn, golibvirt.Domain, *libvirtxml.Domain, error) {
+	c, err := d.conn(ctx)
+	if err != nil {
+		return nil, golibvirt.Domain{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	u, err := parseUUID(h.ExternalID)
+	if err != nil {
+		return nil, golibvirt.Domain{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	dom, err := c.DomainLookupByUUID(u)
+	if err != nil {
+		return nil, golibvirt.Domain{}, nil, apiErr(fmt.Sprintf("%s: domain %s", what, h.ExternalID), err)
+	}
+	x, err := domainXML(c, dom)
+	if err != nil {
+		return nil, dom, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if _, err := checkOwned(fmt.Sprintf("%s: domain %s (%s)", what, dom.Name, h.ExternalID), x, owner); err != nil {
+		return nil, dom, x, err
+	}
+	return c, dom, x, nil
+}
+
+// domainXML reads a domain's persistent definition (what the next start uses, NICs included).
+func domainXML(c conn, dom golibvirt.Domain) (*libvirtxml.Domain, error) {
+	s, err := c.DomainGetXMLDesc(dom, golibvirt.DomainXMLInactive)
+	if err != nil {
+		return nil, apiErr("domain "+dom.Name+": read definition", err)
+	}
+	return parseDomain(s)
+}
+
+func running(c conn, dom golibvirt.Domain) (bool, string, error) {
+	st, _, err := c.DomainGetState(dom, 0)
+	if err != nil {
+		return false, "", apiErr("domain "+dom.Name+": state", err)
+	}
+	return golibvirt.DomainState(st) == golibvirt.DomainRunning, stateName(st), nil
+}
+
+func stateName(st int32) string {
+	switch golibvirt.DomainState(st) {
+	case golibvirt.DomainRunning:
+		return "running"
+	case golibvirt.DomainBlocked:
+		return "blocked"
+	case golibvirt.DomainPaused:
+		return "paused"
+	case golibvirt.DomainShutdown:
+		return "shutting-down"
+	case golibvirt.DomainShutoff:
+		return "shut-off"
+	case golibvirt.DomainCrashed:
+		return "crashed"
+	case golibvirt.DomainPmsuspended:
+		return "suspended"
+	}
+	return fmt.Sprintf("state-%d", st)
+}
+
+// CreateNode defines (does not start) spec's domain: a fresh qcow2 overlay backed by the stored
+// baseline, direct kernel boot when spec.Kernel is set (spec.Command, joined, is then the kernel
+// command line), the guest agent channel and the sysbox metadata. A domain of that name whose
+// metadata proves it is spec's (a retried create) is adopted; any other holder of the name is
+// left untouched (ErrNotOwned).
+func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (substrate.Handle, error) {
+	what := "node " + spec.Owner.Address
+	if !spec.Owner.Complete() {
+		return substrate.Handle{}, fmt.Errorf("%s: owner is incomplete: %w", what, driver.ErrNotOwned)
+	}
+	if spec.Artifact == nil || spec.Artifact.Ref == "" {
+		return substrate.Handle{}, fmt.Errorf("%s: no resolved disk artifact: %w", what, driver.ErrInvalid)
+	}
+	if spec.Artifact.Kind != KindQCOW2 && spec.Artifact.Kind != KindRootfs {
+		return substrate.Handle{}, fmt.Errorf("%s: artifact kind %q: want %s or %s: %w", what, spec.Artifact.Kind, KindQCOW2, KindRootfs, driver.ErrInvalid)
+	}
+	if spec.Kernel != nil && (spec.Kernel.Kind != KindKernel || spec.Kernel.Ref == "") {
+		return substrate.Handle{}, fmt.Errorf("%s: kernel artifact %q is not a resolved %s: %w", what, spec.Kernel.Source, KindKernel, driver.ErrInvalid)
+	}
+	c, err := d.conn(ctx)
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+	}
+	name := domainName(spec.Owner)
+	overlay := d.overlayPath(spec.Owner)
+	if dom, err := c.DomainLookupByName(name); err == nil {
+		x, err := domainXML(c, dom)
+		if err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+		}
+		if _, err := checkOwned(fmt.Sprintf("%s: domain %s already holds the name", what, name), x, spec.Owner); err != nil {
+			return substrate.Handle{}, err
+		}
+		return nodeHandle(nodePrivate{UUID: formatUUID(dom.UUID), Name: name, Overlay: overlay, Marker: spec.Owner.Marker()}), nil
+	} else if !golibvirt.IsNotFound(err) {
+		return substrate.Handle{}, apiErr(fmt.Sprintf("%s: look up domain %s", what, name), err)
+	}
+	if err := d.VerifyArtifact(ctx, *spec.Artifact); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: baseline: %w", what, err)
+	}
+	if err := d.createOverlay(ctx, spec.Owner, *spec.Artifact, overlay); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+	}
+	meta := newOwnerMeta(spec.Owner)
+	meta.Overlay, meta.Baseline = overlay, spec.Artifact.Digest
+	ds := domainSpec{Type: d.domainType, Name: name, UUID: newUUID(), Meta: meta, CPUs: spec.CPUs, MemoryMB: spec.MemoryMB,
+		Overlay: overlay, Console: d.consolePath(spec.Owner)}
+	if spec.Kernel != nil {
+		meta.Kernel = spec.Kernel.Digest
+		ds.Meta = meta
+		ds.Kernel = filepath.Join(spec.Kernel.Ref, fileKernel)
+		if _, err := os.Stat(filepath.Join(spec.Kernel.Ref, fileInitrd)); err == nil {
+			ds.Initrd = filepath.Join(spec.Kernel.Ref, fileInitrd)
+		}
+		ds.Cmdline = strings.Join(spec.Command, " ")
+	}
+	xmlDoc, err := buildDomain(ds)
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: domain XML: %w", what, err)
+	}
+	dom, err := c.DomainDefineXML(xmlDoc)
+	if err != nil {
+		d.removeOverlay(overlay)
+		return substrate.Handle{}, apiErr(fmt.Sprintf("%s: define domain %s", what, name), err)
+	}
+	return nodeHandle(nodePrivate{UUID: formatUUID(dom.UUID), Name: name, Overlay: overlay, Marker: spec.Owner.Marker()}), nil
+}
+
+// createOverlay makes overlay a new qcow2 file backed by the stored baseline (qemu-img never
+// writes to the backing file). A leftover overlay of an interrupted create (no domain refers to
+// it yet: the caller looked) is replaced. The owner record beside it is written first.
+func (d *Driver) createOverlay(ctx context.Context, o substrate.Owner, base substrate.ArtifactIdentity, overlay string) error {
+	dir := filepath.Dir(overlay)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("overlay dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // QEMU (libvirt-qemu) must traverse it
+		return fmt.Errorf("overlay dir: %w", err)
+	}
+	if err := durable.WriteFile(ownerRecord(overlay), []byte(o.Marker()+"\n"), 0o644); err != nil {
+		return fmt.Errorf("overlay owner record: %w", err)
+	}
+	if err := os.Remove(overlay); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove leftover overlay %s: %w", overlay, err)
+	}
+	format := "qcow2"
+	if base.Kind == KindRootfs {
+		format = "raw"
+	}
+	_, err := d.run.Run(ctx, argv.Cmd{Argv: []string{d.qemuImg, "create", "-q", "-f", "qcow2", "-F", format,
+		"-b", filepath.Join(base.Ref, fileDisk), overlay}, Timeout: time.Minute})
+	if err != nil {
+		return fmt.Errorf("overlay %s on %s: %w", overlay, base.Ref, err)
+	}
+	return durable.SyncDir(dir)
+}
+
+func (d *Driver) removeOverlay(overlay string) error {
+	for _, p := range []string{overlay, strings.TrimSuffix(overlay, ".qcow2") + ".console.log", ownerRecord(overlay)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// StartNode starts the domain (a no-op when it runs) and waits until its guest agent answers
+// guest-ping (unless Options.ReadyTimeout is negative).
+func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substrate.NodeSpec) error {
+	what := "node " + spec.Owner.Address + ": start"
+	c, dom, _, err := d.lookupOwned(ctx, what, h, spec.Owner)
+	if err != nil {
+		return err
+	}
+	return d.ensureRunning(ctx, what, c, dom)
+}
+
+func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom golibvirt.Domain) error {
+	up, _, err := running(c, dom)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !up {
+		if err := c.DomainCreate(dom); err != nil {
+			return apiErr(fmt.Sprintf("%s: domain %s", what, dom.Name), err)
+		}
+	}
+	return d.ready(ctx, what, c, dom)
+}
+
+// ready waits for the guest agent, bounded by ReadyTimeout.
+func (d *Driver) ready(ctx context.Context, what string, c conn, dom golibvirt.Domain) error {
+	if d.readyTimeout < 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, d.readyTimeout)
+	defer cancel()
+	if err := waitAgent(wctx, domainAgent{c: c, dom: dom}); err != nil {
+		return fmt.Errorf("%s: domain %s: %w", what, dom.Name, err)
+	}
+	return nil
+}
+
+// ObserveNode reports present (running, metadata proves owner), degraded (defined but not
+// running), drifted (metadata of another owner, or the domain replaced behind our back), absent
+// (no such domain and no replacement) or unknown with an error wrapping ErrUnavailable.
+func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) (substrate.Observation, error) {
+	what := "observe node " + owner.Address
+	c, err := d.conn(ctx)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", what, err)
+		return unknown(h.ExternalID, err), err
+	}
+	u, err := parseUUID(h.ExternalID)
+	if err != nil {
+		return unknown(h.ExternalID, err), fmt.Errorf("%s: %w", what, err)
+	}
+	dom, err := c.DomainLookupByUUID(u)
+	if err != nil {
+		err = apiErr(fmt.Sprintf("%s: domain %s", what, h.ExternalID), err)
+		if !errors.Is(err, driver.ErrNotFound) {
+			return unknown(h.ExternalID, err), err
+		}
+		doms, lerr := d.ownedDomains(ctx, c, owner.Topology)
+		if lerr != nil {
+			return unknown(h.ExternalID, lerr), lerr
+		}
+		for _, od := range doms {
+			if od.owner.SameResource(owner) {
+				o := od.owner
+				return substrate.Observation{Status: substrate.Drifted, ExternalID: formatUUID(od.dom.UUID), Owner: &o, At: observedAt(),
+					Reason: fmt.Sprintf("domain %s is gone; domain %s carries this resource's metadata (replaced behind our back)", h.ExternalID, od.dom.Name)}, nil
+			}
+		}
+		return substrate.Observation{Status: substrate.Absent, ExternalID: h.ExternalID, At: observedAt(),
+			Reason: fmt.Sprintf("domain %s does not exist", h.ExternalID)}, nil
+	}
+	x, err := domainXML(c, dom)
+	if err != nil {
+		return unknown(h.ExternalID, err), fmt.Errorf("%s: %w", what, err)
+	}
+	up, state, err := running(c, dom)
+	if err != nil {
+		return unknown(h.ExternalID, err), fmt.Errorf("%s: %w", what, err)
+	}
+	obs := substrate.Observation{ExternalID: h.ExternalID, At: observedAt(), Attributes: map[string]string{
+		"name": dom.Name, "state": state, "domain_type": x.Type}}
+	if m, ok := findMeta(x); ok {
+		if o, ok := m.owner(); ok {
+			obs.Owner = &o
+		}
+		obs.Attributes["overlay"] = m.Overlay
+	}
+	if _, err := checkOwned("domain "+dom.Name, x, owner); err != nil {
+		obs.Status, obs.Reason = substrate.Drifted, err.Error()
+		return obs, nil
+	}
+	if !up {
+		obs.Status, obs.Reason = substrate.Degraded, "domain is "+state
+		return obs, nil
+	}
+	obs.Status = substrate.Present
+	return obs, nil
+}
+
+// ownedDomain is a domain carrying complete sysbox metadata.
+type ownedDomain struct {
+	dom     golibvirt.Domain
+	owner   substrate.Owner
+	overlay string
+}
+
+// ownedDomains lists the domains (running or not) whose metadata names topology.
+func (d *Driver) ownedDomains(ctx context.Context, c conn, topology string) ([]ownedDomain, error) {
+	doms, _, err := c.ConnectListAllDomains(1, 0)
+	if err != nil {
+		return nil, apiErr("list domains of topology "+topology, err)
+	}
+	var out []ownedDomain
+	for _, dom := range doms {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		x, err := domainXML(c, dom)
+		if errors.Is(err, driver.ErrNotFound) {
+			continue // undefined meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list domains of topology %s: %w", topology, err)
+		}
+		m, ok := findMeta(x)
+		if !ok {
+			continue
+		}
+		if o, ok := m.owner(); ok && o.Topology == topology {
+			out = append(out, ownedDomain{dom: dom, owner: o, overlay: m.Overlay})
+		}
+	}
+	return out, nil
+}
+
+// StopNode powers the domain off (a hard stop: guests under test need not handle ACPI).
+func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
+	what := "node " + owner.Address + ": stop"
+	c, dom, _, err := d.lookupOwned(ctx, what, h, owner)
+	if err != nil {
+		return err
+	}
+	up, _, err := running(c, dom)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !up {
+		return nil
+	}
+	if err := c.DomainDestroy(dom); err != nil {
+		return apiErr(fmt.Sprintf("%s: domain %s", what, dom.Name), err)
+	}
+	return nil
+}
+
+// undefineFlags remove everything libvirt keeps beside a definition.
+const undefineFlags = golibvirt.DomainUndefineManagedSave | golibvirt.DomainUndefineSnapshotsMetadata |
+	golibvirt.DomainUndefineNvram | golibvirt.DomainUndefineCheckpointsMetadata
+
+// DeleteNode powers off and undefines the domain (NVRAM, managed save and snapshot metadata
+// included) after checking its metadata, then deletes its taps and overlay. A domain that is
+// already gone is not an error; its taps and overlay are still removed.
+func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
+	what := "node " + owner.Address + ": delete"
+	c, dom, _, err := d.lookupOwned(ctx, what, h, owner)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		if up, _, err := running(c, dom); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		} else if up {
+			if err := c.DomainDestroy(dom); err != nil && !golibvirt.IsNotFound(err) {
+				return apiErr(fmt.Sprintf("%s: domain %s: power off", what, dom.Name), err)
+			}
+		}
+		if err := c.DomainUndefineFlags(dom, undefineFlags); err != nil && !golibvirt.IsNotFound(err) {
+			return apiErr(fmt.Sprintf("%s: domain %s: undefine", what, dom.Name), err)
+		}
+	}
+	if err := deleteTapsOf(ctx, owner); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := d.removeOverlay(d.overlayPath(owner)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// Exec runs req.Argv in the guest through the guest agent (guest-exec, guest-exec-status).
+func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.ExecRequest) (substrate.ExecResult, error) {
+	what := "exec in domain " + node.ExternalID
+	if len(req.Argv) == 0 {
+		return substrate.ExecResult{}, fmt.Errorf("%s: empty argv", what)
+	}
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	c, dom, err := d.lookup(ctx, node)
+	if err != nil {
+		return substrate.ExecResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	res, err := agentExec(ctx, domainAgent{c: c, dom: dom}, req)
+	if err != nil {
+		return res, fmt.Errorf("%s (%s): %s: %w", what, dom.Name, req.Argv[0], err)
+	}
+	return res, nil
+}
+
+// lookup finds a node's domain by UUID without an ownership check (exec and guest network
+// configuration change nothing libvirt holds).
+func (d *Driver) lookup(ctx context.Context, node substrate.Handle) (conn, golibvirt.Domain, error) {
+	c, err := d.conn(ctx)
+	if err != nil {
+		return nil, golibvirt.Domain{}, err
+	}
+	u, err := parseUUID(node.ExternalID)
+	if err != nil {
+		return nil, golibvirt.Domain{}, err
+	}
+	dom, err := c.DomainLookupByUUID(u)
+	if err != nil {
+		return nil, golibvirt.Domain{}, apiErr("domain "+node.ExternalID, err)
+	}
+	return c, dom, nil
+}
+
+// NewGeneration re-verifies the baseline, quiesces the prior generation's taps (down and off
+// their bridges, so the replacement can take the same MACs and addresses while the prior domain
+// keeps running until the executor deletes it) and defines the replacement domain on a new
+// overlay of the same baseline.
+func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, priorOwner substrate.Owner, spec substrate.NodeSpec) (substrate.Handle, error) {
+	what := "reset node " + spec.Owner.Address
+	if !spec.Owner.SameResource(priorOwner) || spec.Owner.Generation <= priorOwner.Generation {
+		return substrate.Handle{}, fmt.Errorf("%s: new owner %+v is not a later generation of %+v", what, spec.Owner, priorOwner)
+	}
+	if spec.Artifact == nil {
+		return substrate.Handle{}, fmt.Errorf("%s: no baseline artifact", what)
+	}
+	if err := d.VerifyArtifact(ctx, *spec.Artifact); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: baseline: %w", what, err)
+	}
+	if spec.Kernel != nil {
+		if err := d.VerifyArtifact(ctx, *spec.Kernel); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: kernel: %w", what, err)
+		}
+	}
+	_, _, _, err := d.lookupOwned(ctx, what+": prior generation", prior, priorOwner)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+	case err != nil:
+		return substrate.Handle{}, err
+	}
+	taps, err := linuxnet.HostLinksOf(priorOwner)
+	if err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+	}
+	for _, t := range taps {
+		if err := linuxnet.QuiesceVeth(ctx, t, priorOwner); err != nil { // any marked link: down, off its bridge
+			return substrate.Handle{}, fmt.Errorf("%s: quiesce prior generation's tap %s: %w", what, t, err)
+		}
+	}
+	return d.CreateNode(ctx, spec)
+}
+
+// Residue lists the domains, taps and overlays carrying topology's markers.
+func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Object, error) {
+	c, err := d.conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("residue of topology %s: %w", topology, err)
+	}
+	doms, err := d.ownedDomains(ctx, c, topology)
+	if err != nil {
+		return nil, fmt.Errorf("residue of topology %s: %w", topology, err)
+	}
+	var out []substrate.Object
+	for _, od := range doms {
+		out = append(out, substrate.Object{Kind: "domain", ExternalID: od.dom.Name + " " + formatUUID(od.dom.UUID), Owner: od.owner})
+	}
+	taps, err := tapResidue(topology)
+	if err != nil {
+		return nil, fmt.Errorf("residue of topology %s: %w", topology, err)
+	}
+	out = append(out, taps...)
+	files, err := d.overlayResidue(topology)
+	if err != nil {
+		return nil, fmt.Errorf("residue of topology %s: %w", topology, err)
+	}
+	return append(out, files...), nil
+}
+
+// overlayResidue lists the overlays (by their owner records) left in topology's directory. A
+// record that cannot be read is an error: it may be one of topology's.
+func (d *Driver) overlayResidue(topology string) ([]substrate.Object, error) {
+	dir := d.overlayDir(topology)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []substrate.Object
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".owner") {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		b, ok, err := durable.ReadFileIfExists(p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		o, err := substrate.ParseMarker(strings.TrimSpace(string(b)))
+		if err != nil {
+			return nil, fmt.Errorf("overlay owner record %s: %w", p, err)
+		}
+		if o.Topology == topology {
+			out = append(out, substrate.Object{Kind: "overlay", ExternalID: strings.TrimSuffix(p, ".owner") + ".qcow2", Owner: o})
+		}
+	}
+	return out, nil
+}
