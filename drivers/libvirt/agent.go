@@ -2,26 +2,20 @@ package libvirt
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
+	"net/netip"
 	"sort"
-	"strings"
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 
+	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/guestagent"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
-// agentTransport carries one QEMU guest agent command and returns its raw reply. libvirt's
-// implementation is virDomainQemuAgentCommand (libvirtd owns the agent socket and sends
-// guest-sync itself).
-type agentTransport interface {
-	Command(ctx context.Context, req []byte) ([]byte, error)
-}
-
-// domainAgent is the agent of one domain, through libvirtd.
+// domainAgent is the guestagent.Transport of one domain: virDomainQemuAgentCommand, through
+// libvirtd (which owns the agent socket and sends guest-sync itself).
 type domainAgent struct {
 	c   conn
 	dom golibvirt.Domain
@@ -48,47 +42,16 @@ func (a domainAgent) Command(ctx context.Context, req []byte) ([]byte, error) {
 	return []byte(res[0]), nil
 }
 
-// agentCall sends {"execute": cmd, "arguments": args} and decodes "return" into out.
-func agentCall(ctx context.Context, t agentTransport, cmd string, args, out any) error {
-	req := map[string]any{"execute": cmd}
-	if args != nil {
-		req["arguments"] = args
-	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	raw, err := t.Command(ctx, b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", cmd, err)
-	}
-	var reply struct {
-		Return json.RawMessage `json:"return"`
-		Error  *struct {
-			Class string `json:"class"`
-			Desc  string `json:"desc"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(raw, &reply); err != nil {
-		return fmt.Errorf("%s: reply %.200q: %w", cmd, raw, err)
-	}
-	if reply.Error != nil {
-		return fmt.Errorf("%s: guest agent error %s: %s", cmd, reply.Error.Class, reply.Error.Desc)
-	}
-	if out != nil {
-		if err := json.Unmarshal(reply.Return, out); err != nil {
-			return fmt.Errorf("%s: return %.200q: %w", cmd, reply.Return, err)
-		}
-	}
-	return nil
+func agentClient(c conn, dom golibvirt.Domain) *guestagent.Client {
+	return guestagent.NewClient(domainAgent{c: c, dom: dom})
 }
 
 // waitAgent polls guest-ping until it answers or ctx ends; the last error says why not.
-func waitAgent(ctx context.Context, t agentTransport) error {
+func waitAgent(ctx context.Context, ag *guestagent.Client) error {
 	var last error
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		last = agentCall(pctx, t, "guest-ping", nil, nil)
+		last = ag.Ping(pctx)
 		cancel()
 		if last == nil {
 			return nil
@@ -101,88 +64,60 @@ func waitAgent(ctx context.Context, t agentTransport) error {
 	}
 }
 
-// maxExecOutput bounds each captured stream of a guest command.
-const maxExecOutput = 16 << 20
-
 // agentExec runs req through guest-exec and polls guest-exec-status until the process exits or
 // ctx ends. The agent protocol has no kill: a command still running at the deadline is left to
 // the guest, and the call returns ctx's error.
-func agentExec(ctx context.Context, t agentTransport, req substrate.ExecRequest) (substrate.ExecResult, error) {
-	args := map[string]any{"path": req.Argv[0], "arg": req.Argv[1:], "capture-output": true}
-	if len(req.Env) > 0 {
-		env := make([]string, 0, len(req.Env))
-		for k, v := range req.Env {
-			env = append(env, k+"="+v)
-		}
-		sort.Strings(env)
-		args["env"] = env
+func agentExec(ctx context.Context, ag *guestagent.Client, req substrate.ExecRequest) (substrate.ExecResult, error) {
+	args := guestagent.ExecArgs{Path: req.Argv[0], Arg: req.Argv[1:], InputData: req.Stdin, CaptureOutput: true}
+	for k, v := range req.Env {
+		args.Env = append(args.Env, k+"="+v)
 	}
-	if req.Stdin != nil {
-		args["input-data"] = base64.StdEncoding.EncodeToString(req.Stdin)
+	sort.Strings(args.Env)
+	st, err := ag.Exec(ctx, args)
+	if err != nil {
+		return substrate.ExecResult{ExitCode: -1}, err
 	}
-	var started struct {
-		PID int `json:"pid"`
+	res := substrate.ExecResult{ExitCode: -1, Stdout: st.OutData, Stderr: st.ErrData}
+	if st.ExitCode != nil {
+		res.ExitCode = *st.ExitCode
 	}
-	if err := agentCall(ctx, t, "guest-exec", args, &started); err != nil {
-		return substrate.ExecResult{}, err
-	}
-	delay := 20 * time.Millisecond
-	for {
-		var st struct {
-			Exited   bool   `json:"exited"`
-			ExitCode *int   `json:"exitcode"`
-			Signal   *int   `json:"signal"`
-			OutData  string `json:"out-data"`
-			ErrData  string `json:"err-data"`
-		}
-		if err := agentCall(ctx, t, "guest-exec-status", map[string]any{"pid": started.PID}, &st); err != nil {
-			return substrate.ExecResult{}, err
-		}
-		if st.Exited {
-			res := substrate.ExecResult{ExitCode: -1}
-			if st.ExitCode != nil {
-				res.ExitCode = *st.ExitCode
-			}
-			var err error
-			if res.Stdout, err = decodeCapped(st.OutData); err != nil {
-				return res, fmt.Errorf("guest-exec-status: out-data: %w", err)
-			}
-			if res.Stderr, err = decodeCapped(st.ErrData); err != nil {
-				return res, fmt.Errorf("guest-exec-status: err-data: %w", err)
-			}
-			return res, nil
-		}
-		select {
-		case <-ctx.Done():
-			return substrate.ExecResult{ExitCode: -1}, fmt.Errorf("guest pid %d still running: %w", started.PID, ctx.Err())
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 500*time.Millisecond)
-	}
+	return res, nil
 }
 
-func decodeCapped(s string) ([]byte, error) {
-	b, err := base64.StdEncoding.DecodeString(s)
-	if len(b) > maxExecOutput {
-		b = b[:maxExecOutput]
-	}
-	return b, err
-}
-
-// guestInterfaces maps lower-case MAC → interface name from guest-network-get-interfaces.
-func guestInterfaces(ctx context.Context, t agentTransport) (map[string]string, error) {
-	var ifs []struct {
-		Name string `json:"name"`
-		MAC  string `json:"hardware-address"`
-	}
-	if err := agentCall(ctx, t, "guest-network-get-interfaces", nil, &ifs); err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, i := range ifs {
-		if i.MAC != "" {
-			out[strings.ToLower(i.MAC)] = i.Name
+// guestNetConfig is the guest network configuration of atts and routes: the first gateway
+// becomes the default route unless a route names 0.0.0.0/0 (or "default"). ok is false when
+// there is nothing to configure.
+func guestNetConfig(atts []substrate.AttachmentState, routes []substrate.Route) (cfg guestagent.NetworkConfig, ok bool, err error) {
+	for _, a := range atts {
+		if len(a.IPv4) == 0 {
+			continue
+		}
+		nic := guestagent.NetInterface{MAC: a.MAC}
+		for _, p := range a.IPv4 {
+			if _, err := linuxnet.ParseIPv4Prefix(p); err != nil {
+				return cfg, false, fmt.Errorf("attachment %s: %w", a.Name, err)
+			}
+			nic.Addresses = append(nic.Addresses, p)
+		}
+		cfg.Interfaces = append(cfg.Interfaces, nic)
+		if cfg.Gateway == "" {
+			cfg.Gateway = a.Gateway
 		}
 	}
-	return out, nil
+	for _, r := range routes {
+		if _, err := linuxnet.ParseIPv4(r.Via); err != nil {
+			return cfg, false, fmt.Errorf("route to %s: %w", r.To, err)
+		}
+		if r.To == "0.0.0.0/0" || r.To == "default" {
+			cfg.Gateway = r.Via
+			continue
+		}
+		p, err := netip.ParsePrefix(r.To)
+		if err != nil || !p.Addr().Is4() {
+			return cfg, false, fmt.Errorf("route: destination %q is not an IPv4 prefix", r.To)
+		}
+		// ip refuses a destination with host bits set.
+		cfg.Routes = append(cfg.Routes, guestagent.Route{Destination: p.Masked().String(), Via: r.Via})
+	}
+	return cfg, len(cfg.Interfaces) > 0 || cfg.Gateway != "" || len(cfg.Routes) > 0, nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -321,16 +320,16 @@ func tapResidue(topology string) ([]substrate.Object, error) {
 }
 
 // ConfigureGuestNetwork starts the domain if it is not running (its agent is the only way in),
-// waits for the agent, finds each attachment's interface by MAC (guest-network-get-interfaces)
-// and sets links up, addresses and routes with `ip` through guest-exec. The first gateway
-// becomes the default route unless a route names 0.0.0.0/0. It is idempotent.
+// waits for the agent, then applies addresses, the default route and routes through
+// guestagent.ConfigureNetwork (interfaces found by MAC, `ip` through guest-exec). It is
+// idempotent.
 func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
 	what := "configure network of domain " + node.ExternalID
-	cmds, err := guestNetCommands(atts, routes, nil)
+	cfg, ok, err := guestNetConfig(atts, routes)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if len(cmds) == 0 {
+	if !ok {
 		return nil
 	}
 	c, dom, err := d.lookup(ctx, node)
@@ -340,80 +339,8 @@ func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handl
 	if err := d.ensureRunning(ctx, what, c, dom); err != nil {
 		return err
 	}
-	ag := domainAgent{c: c, dom: dom}
-	ifs, err := guestInterfaces(ctx, ag)
-	if err != nil {
+	if err := agentClient(c, dom).ConfigureNetwork(ctx, cfg); err != nil {
 		return fmt.Errorf("%s (%s): %w", what, dom.Name, err)
-	}
-	if cmds, err = guestNetCommands(atts, routes, ifs); err != nil {
-		return fmt.Errorf("%s (%s): %w", what, dom.Name, err)
-	}
-	for _, cmd := range cmds {
-		res, err := agentExec(ctx, ag, substrate.ExecRequest{Argv: cmd})
-		if err != nil {
-			return fmt.Errorf("%s (%s): %s: %w", what, dom.Name, strings.Join(cmd, " "), err)
-		}
-		// `ip addr add` of an address already there says "File exists": converged.
-		if res.ExitCode != 0 && !(cmd[1] == "addr" && strings.Contains(string(res.Stderr), "exists")) {
-			return fmt.Errorf("%s (%s): %s: exit code %d: %s", what, dom.Name, strings.Join(cmd, " "), res.ExitCode, strings.TrimSpace(string(res.Stderr)))
-		}
 	}
 	return nil
-}
-
-// guestNetCommands are the `ip` commands that configure atts and routes inside a guest whose
-// interfaces by MAC are ifs (nil: only say whether there is anything to do, with placeholder
-// names).
-func guestNetCommands(atts []substrate.AttachmentState, routes []substrate.Route, ifs map[string]string) ([][]string, error) {
-	var cmds [][]string
-	for _, a := range atts {
-		if len(a.IPv4) == 0 {
-			continue
-		}
-		ifname := "?"
-		if ifs != nil {
-			m, err := net.ParseMAC(a.MAC)
-			if err != nil {
-				return nil, fmt.Errorf("attachment %s: mac %q: %w", a.Name, a.MAC, err)
-			}
-			var ok bool
-			if ifname, ok = ifs[m.String()]; !ok {
-				return nil, fmt.Errorf("attachment %s: the guest has no interface with MAC %s", a.Name, m)
-			}
-		}
-		cmds = append(cmds, []string{"ip", "link", "set", ifname, "up"})
-		for _, p := range a.IPv4 {
-			if _, err := linuxnet.ParseIPv4Prefix(p); err != nil {
-				return nil, fmt.Errorf("attachment %s: %w", a.Name, err)
-			}
-			cmds = append(cmds, []string{"ip", "addr", "add", p, "dev", ifname})
-		}
-	}
-	all := append([]substrate.Route(nil), routes...)
-	if !slices.ContainsFunc(all, func(r substrate.Route) bool { return r.To == "0.0.0.0/0" || r.To == "default" }) {
-		for _, a := range atts {
-			if a.Gateway != "" {
-				all = append(all, substrate.Route{To: "0.0.0.0/0", Via: a.Gateway})
-				break
-			}
-		}
-	}
-	for _, r := range all {
-		if _, err := linuxnet.ParseIPv4(r.Via); err != nil {
-			return nil, fmt.Errorf("route to %s: %w", r.To, err)
-		}
-		to := r.To
-		if to == "0.0.0.0/0" {
-			to = "default"
-		} else if to != "default" {
-			n, err := linuxnet.ParseIPv4Prefix(to)
-			if err != nil {
-				return nil, fmt.Errorf("route: %w", err)
-			}
-			n.IP = n.IP.Mask(n.Mask)
-			to = n.String()
-		}
-		cmds = append(cmds, []string{"ip", "route", "replace", to, "via", r.Via})
-	}
-	return cmds, nil
 }

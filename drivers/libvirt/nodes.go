@@ -309,7 +309,7 @@ func (d *Driver) ready(ctx context.Context, what string, c conn, dom golibvirt.D
 	}
 	wctx, cancel := context.WithTimeout(ctx, d.readyTimeout)
 	defer cancel()
-	if err := waitAgent(wctx, domainAgent{c: c, dom: dom}); err != nil {
+	if err := waitAgent(wctx, agentClient(c, dom)); err != nil {
 		return fmt.Errorf("%s: domain %s: %w", what, dom.Name, err)
 	}
 	return nil
@@ -483,7 +483,7 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 	if err != nil {
 		return substrate.ExecResult{}, fmt.Errorf("%s: %w", what, err)
 	}
-	res, err := agentExec(ctx, domainAgent{c: c, dom: dom}, req)
+	res, err := agentExec(ctx, agentClient(c, dom), req)
 	if err != nil {
 		return res, fmt.Errorf("%s (%s): %s: %w", what, dom.Name, req.Argv[0], err)
 	}

@@ -16,6 +16,7 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/guestagent"
 	"zyvor.dev/sysbox/internal/handlers"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -382,14 +383,18 @@ func TestExecAndGuestNetworkThroughAgent(t *testing.T) {
 	atts := []substrate.AttachmentState{{Name: "eth0", MAC: "02:00:C6:33:64:0A", IPv4: []string{"198.51.100.10/24"}, Gateway: "198.51.100.1"}}
 	if err := d.ConfigureGuestNetwork(ctx, h, atts, []substrate.Route{{To: "203.0.113.0/24", Via: "198.51.100.2"}}); err == nil {
 		t.Fatal("ConfigureGuestNetwork: the fake's ip commands exit 3, want an error naming the command")
-	} else if !strings.Contains(err.Error(), "ip link set eth0 up") {
+	} else if !strings.Contains(err.Error(), `["ip" "link" "set" "dev" "lo" "up"]: exit code 3`) {
 		t.Errorf("ConfigureGuestNetwork error %v: want it to name the command", err)
 	}
-	cmds, err := guestNetCommands(atts, []substrate.Route{{To: "203.0.113.7/24", Via: "198.51.100.2"}}, map[string]string{"02:00:c6:33:64:0a": "eth0"})
+	cfg, ok, err := guestNetConfig(atts, []substrate.Route{{To: "203.0.113.7/24", Via: "198.51.100.2"}})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	cmds, err := cfg.Commands([]guestagent.Interface{{Name: "eth0", HardwareAddress: "02:00:c6:33:64:0a"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ip link set eth0 up", "ip addr add 198.51.100.10/24 dev eth0", "ip route replace 203.0.113.0/24 via 198.51.100.2", "ip route replace default via 198.51.100.1"}
+	want := []string{"ip link set dev lo up", "ip link set dev eth0 up", "ip addr replace 198.51.100.10/24 dev eth0", "ip -4 route replace default via 198.51.100.1", "ip route replace 203.0.113.0/24 via 198.51.100.2"}
 	var got []string
 	for _, c := range cmds {
 		got = append(got, strings.Join(c, " "))
@@ -397,8 +402,18 @@ func TestExecAndGuestNetworkThroughAgent(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("guest network commands:\n got %q\nwant %q", got, want)
 	}
-	if _, err := guestNetCommands(atts, nil, map[string]string{}); err == nil {
+	if _, err := cfg.Commands(nil); err == nil {
 		t.Error("guest network commands for a MAC the guest lacks: no error")
+	}
+	// A route to 0.0.0.0/0 replaces the attachment's gateway; nothing to do without addresses or routes.
+	if cfg, _, err := guestNetConfig(atts, []substrate.Route{{To: "0.0.0.0/0", Via: "198.51.100.3"}}); err != nil || cfg.Gateway != "198.51.100.3" {
+		t.Errorf("default route: gateway %q, %v; want 198.51.100.3", cfg.Gateway, err)
+	}
+	if _, ok, err := guestNetConfig([]substrate.AttachmentState{{Name: "eth0", MAC: "02:00:c6:33:64:0a"}}, nil); ok || err != nil {
+		t.Errorf("no addresses, no routes: ok %v, %v; want nothing to do", ok, err)
+	}
+	if _, _, err := guestNetConfig(atts, []substrate.Route{{To: "nowhere", Via: "198.51.100.2"}}); err == nil {
+		t.Error("route to a non-prefix: no error")
 	}
 }
 

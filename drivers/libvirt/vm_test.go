@@ -14,22 +14,6 @@ import (
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
-// qgaImage builds the test guest (testdata/qga-image.sh: Debian's kernel, an initramfs with
-// busybox and Debian's qemu-guest-agent, an empty disk) into a fresh directory.
-func qgaImage(t *testing.T) string {
-	t.Helper()
-	for _, f := range []string{"/bin/busybox", "/usr/sbin/qemu-ga"} {
-		_, err := os.Stat(f)
-		testenv.Require(t, err == nil, "needs "+f+" (apt-get install busybox-static qemu-guest-agent)")
-	}
-	dir := filepath.Join(stateDir(t), "guest")
-	out, err := exec.Command("testdata/qga-image.sh", dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("build the test guest: %v: %s", err, out)
-	}
-	return dir
-}
-
 // netnsNode is a network namespace with one veth on bridge at addr (what a netns node is).
 func netnsNode(t *testing.T, topology, bridge, addr string) string {
 	t.Helper()
@@ -66,15 +50,15 @@ func pingFromNetns(t *testing.T, ns, to string) {
 	}
 }
 
-// TestVMExecTrafficAndReset boots a real guest (TCG) from a kernel + initramfs with Debian's
-// qemu-guest-agent, on a sysbox bridge beside a netns node: readiness, exec and guest network
+// TestVMExecTrafficAndReset boots a real guest (TCG) from scripts/guest-image (direct kernel
+// boot, root on an overlay of disk.qcow2, the agent cmd/sysbox-guest), on a sysbox bridge beside a netns node: readiness, exec and guest network
 // configuration go through the agent; the VM and the netns node ping each other; a reset brings
 // up a new generation on a new overlay of the same baseline with the same MAC and address, and
 // the prior generation is removed only after the new one answered its agent.
 func TestVMExecTrafficAndReset(t *testing.T) {
 	d := daemonDriver(t, 180*time.Second) // TCG boots take 4-8 s alone, far longer on a loaded host
 	ctx := context.Background()
-	img := qgaImage(t)
+	img := testenv.GuestImage(t)
 	disk, err := d.ResolveArtifact(ctx, substrate.ArtifactSpec{Kind: KindQCOW2, Source: filepath.Join(img, "disk.qcow2")})
 	if err != nil {
 		t.Fatal(err)

@@ -114,3 +114,35 @@ func MainWithBinary(m *testing.M, bin *string, pkg string, tags ...string) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// GuestImage builds (or reuses, by its content key) the VM test image of scripts/guest-image in
+// SYSBOX_TEST_WORK/guest-image (default /tmp/sysbox-test-all) and returns that directory; the
+// script is found from the current directory up to the module root. A failure fails the test.
+func GuestImage(t testing.TB) string {
+	t.Helper()
+	work := os.Getenv("SYSBOX_TEST_WORK")
+	if work == "" {
+		work = "/tmp/sysbox-test-all"
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("guest image: no go.mod above the current directory")
+		}
+		dir = parent
+	}
+	script, out := filepath.Join(dir, "scripts", "guest-image"), filepath.Join(work, "guest-image")
+	b, err := exec.Command(script, out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", script, out, err, b)
+	}
+	t.Logf("%s", strings.TrimSpace(string(b)))
+	return out
+}

@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -20,26 +19,6 @@ import (
 	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
-
-// imageDir builds (or reuses, by content key) the test image under the CI work directory.
-func imageDir(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	work := os.Getenv("SYSBOX_TEST_WORK")
-	if work == "" {
-		work = "/tmp/sysbox-test-all"
-	}
-	dir := filepath.Join(work, "guest-image")
-	script, err := filepath.Abs("../../scripts/guest-image")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.CommandContext(ctx, script, dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", script, dir, err, out)
-	}
-	t.Logf("%s", bytes.TrimSpace(out))
-	return dir
-}
 
 func digest(t *testing.T, path string) string {
 	t.Helper()
@@ -92,7 +71,7 @@ func TestQEMUGuestAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 
-	img := imageDir(ctx, t)
+	img := testenv.GuestImage(t)
 	baseline := filepath.Join(img, "disk.qcow2")
 	baseDigest := digest(t, baseline)
 	kver, err := os.ReadFile(filepath.Join(img, "kernel.release"))
