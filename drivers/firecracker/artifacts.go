@@ -2,11 +2,7 @@ package firecracker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 
 	"zyvor.dev/sysbox/internal/driver"
@@ -37,7 +33,7 @@ func (d *Driver) ResolveArtifact(_ context.Context, spec substrate.ArtifactSpec)
 	if err != nil {
 		return substrate.ArtifactIdentity{}, fmt.Errorf("firecracker artifact %s: %w", spec.Source, err)
 	}
-	digest, size, err := fileSHA256(src)
+	digest, size, err := artifactDigest(src)
 	if err != nil {
 		return substrate.ArtifactIdentity{}, fmt.Errorf("firecracker artifact %s: %w", spec.Source, err)
 	}
@@ -50,7 +46,7 @@ func (d *Driver) ResolveArtifact(_ context.Context, spec substrate.ArtifactSpec)
 
 // VerifyArtifact re-hashes the source and compares it with the recorded digest.
 func (d *Driver) VerifyArtifact(_ context.Context, id substrate.ArtifactIdentity) error {
-	digest, _, err := fileSHA256(id.Source)
+	digest, _, err := artifactDigest(id.Source)
 	if err != nil {
 		return fmt.Errorf("firecracker artifact %s: %w", id.Source, err)
 	}
@@ -60,16 +56,8 @@ func (d *Driver) VerifyArtifact(_ context.Context, id substrate.ArtifactIdentity
 	return nil
 }
 
-func fileSHA256(p string) (string, int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
+// artifactDigest is a file's artifact digest ("sha256:HEX"), the planner's rule for a file.
+func artifactDigest(p string) (string, int64, error) {
+	sum, n, err := substrate.FileSHA256(p)
+	return "sha256:" + sum, n, err
 }

@@ -3,16 +3,12 @@ package libvirt
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"zyvor.dev/sysbox/internal/driver"
@@ -61,60 +57,6 @@ func artifactFiles(kind, src string) ([][2]string, error) {
 	return nil, fmt.Errorf("kind %q: the libvirt driver resolves %s, %s and %s: %w", kind, KindQCOW2, KindRootfs, KindKernel, driver.ErrInvalid)
 }
 
-// sourceDigest is the artifact digest of src, the same digest sysbox computes at plan time
-// (internal/handlers.DigestSource, which a driver may not import; TestDigestMatchesPlanTime
-// keeps the two equal): a file's sha256, or for a directory the sha256 of a canonical listing of
-// every entry (relative path, type, mode bits, symlink target, each regular file's sha256) in
-// lexical order.
-func sourceDigest(src string) (string, int64, error) {
-	fi, err := os.Stat(src)
-	if err != nil {
-		return "", 0, err
-	}
-	if !fi.IsDir() {
-		sum, n, err := hashFile(src)
-		return "sha256:" + sum, n, err
-	}
-	var paths []string
-	if err := filepath.WalkDir(src, func(p string, _ fs.DirEntry, err error) error {
-		paths = append(paths, p)
-		return err
-	}); err != nil {
-		return "", 0, err
-	}
-	sort.Strings(paths)
-	h := sha256.New()
-	var size int64
-	for _, p := range paths {
-		rel, _ := filepath.Rel(src, p)
-		rel = filepath.ToSlash(rel)
-		li, err := os.Lstat(p)
-		if err != nil {
-			return "", 0, err
-		}
-		switch {
-		case li.Mode()&fs.ModeSymlink != 0:
-			t, err := os.Readlink(p)
-			if err != nil {
-				return "", 0, err
-			}
-			fmt.Fprintf(h, "L %s %o %s\n", rel, li.Mode().Perm(), t)
-		case li.IsDir():
-			fmt.Fprintf(h, "D %s %o\n", rel, li.Mode().Perm())
-		case li.Mode().IsRegular():
-			sum, n, err := hashFile(p)
-			if err != nil {
-				return "", 0, err
-			}
-			size += n
-			fmt.Fprintf(h, "F %s %o %s\n", rel, li.Mode().Perm(), sum)
-		default:
-			fmt.Fprintf(h, "O %s %v\n", rel, li.Mode().Type())
-		}
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), size, nil
-}
-
 // manifestName lists the stored files with their sha256 ("name sha256hex" lines): what
 // VerifyArtifact re-checks the store against.
 const manifestName = "MANIFEST"
@@ -122,27 +64,13 @@ const manifestName = "MANIFEST"
 func manifest(files [][2]string) ([]byte, error) {
 	var b bytes.Buffer
 	for _, f := range files {
-		sum, _, err := hashFile(f[1])
+		sum, _, err := substrate.FileSHA256(f[1])
 		if err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(&b, "%s %s\n", f[0], sum)
 	}
 	return b.Bytes(), nil
-}
-
-func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("read %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // checkQCOW2 refuses a file that is not qcow2 or that has a backing file of its own: a baseline
@@ -185,7 +113,7 @@ func (d *Driver) ResolveArtifact(ctx context.Context, spec substrate.ArtifactSpe
 			return substrate.ArtifactIdentity{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	digest, size, err := sourceDigest(src)
+	digest, size, err := substrate.DigestSource(src)
 	if err != nil {
 		return substrate.ArtifactIdentity{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -302,7 +230,7 @@ func (d *Driver) VerifyArtifact(ctx context.Context, id substrate.ArtifactIdenti
 		if !ok || strings.Contains(name, "/") {
 			return fmt.Errorf("%s: stored copy %s: malformed manifest line %q: %w", what, id.Ref, l, driver.ErrDigestMismatch)
 		}
-		got, _, err := hashFile(filepath.Join(id.Ref, name))
+		got, _, err := substrate.FileSHA256(filepath.Join(id.Ref, name))
 		if err != nil {
 			return fmt.Errorf("%s: stored copy %s: %w", what, id.Ref, err)
 		}

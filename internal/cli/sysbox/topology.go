@@ -196,7 +196,7 @@ func artifactFacts(top *config.Topology) (plans.Facts, error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(r.BaseDir, p)
 		}
-		digest, size, err := handlers.DigestSource(p)
+		digest, size, err := substrate.DigestSource(p)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: source %s: %v", r.Addr, c.Source, err))
 			continue

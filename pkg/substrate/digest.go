@@ -1,4 +1,4 @@
-package handlers
+package substrate
 
 import (
 	"crypto/sha256"
@@ -11,7 +11,11 @@ import (
 	"sort"
 )
 
-// DigestSource computes an artifact source's content digest: the SHA-256 of a file's bytes (the
+// DigestSource computes an artifact source's content digest. It lives here, beside
+// ArtifactIdentity, because the planner and the drivers must compute the same digest (one pinned
+// digest satisfies both) and drivers may import neither handlers nor each other.
+//
+// The digest: the SHA-256 of a file's bytes (the
 // same digest the docker driver computes for an image archive), or for a directory the SHA-256
 // of a canonical listing of every entry (relative path, type, mode bits, symlink target, and
 // each regular file's SHA-256), walked in lexical order. Size is the file size or the sum of
@@ -22,7 +26,7 @@ func DigestSource(path string) (digest string, size int64, err error) {
 		return "", 0, err
 	}
 	if !fi.IsDir() {
-		sum, n, err := fileSHA(path)
+		sum, n, err := FileSHA256(path)
 		if err != nil {
 			return "", 0, err
 		}
@@ -57,7 +61,7 @@ func DigestSource(path string) (digest string, size int64, err error) {
 		case li.IsDir():
 			fmt.Fprintf(h, "D %s %o\n", filepath.ToSlash(rel), li.Mode().Perm())
 		case li.Mode().IsRegular():
-			sum, n, err := fileSHA(p)
+			sum, n, err := FileSHA256(p)
 			if err != nil {
 				return "", 0, err
 			}
@@ -70,7 +74,8 @@ func DigestSource(path string) (digest string, size int64, err error) {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), size, nil
 }
 
-func fileSHA(p string) (string, int64, error) {
+// FileSHA256 is the hex SHA-256 of a file's bytes and its size.
+func FileSHA256(p string) (string, int64, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", 0, err
