@@ -2,7 +2,6 @@ package libvirt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -28,17 +27,13 @@ type nicPrivate struct {
 }
 
 func nicEnvelope(p nicPrivate) substrate.Envelope {
-	data, _ := json.Marshal(p)
-	return substrate.Envelope{Driver: Name, Version: nicPrivateVersion, Data: data}
+	return substrate.Seal(Name, nicPrivateVersion, p)
 }
 
 func decodeNICPrivate(env substrate.Envelope) (nicPrivate, error) {
 	var p nicPrivate
-	if env.Driver != Name || env.Version < 1 || env.Version > nicPrivateVersion {
-		return p, fmt.Errorf("attachment envelope of driver %q version %d: want %q version 1..%d", env.Driver, env.Version, Name, nicPrivateVersion)
-	}
-	if err := json.Unmarshal(env.Data, &p); err != nil {
-		return p, fmt.Errorf("attachment envelope: %w", err)
+	if err := env.Open(Name, nicPrivateVersion, &p); err != nil {
+		return p, fmt.Errorf("attachment %w", err)
 	}
 	if p.Tap == "" {
 		return p, fmt.Errorf("attachment envelope lacks the tap name")

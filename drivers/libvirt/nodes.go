@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -35,23 +34,12 @@ type nodePrivate struct {
 }
 
 func nodeHandle(p nodePrivate) substrate.Handle {
-	data, _ := json.Marshal(p)
-	return substrate.Handle{Driver: Name, ExternalID: p.UUID,
-		Private: substrate.Envelope{Driver: Name, Version: privateVersion, Data: data}}
+	return substrate.Handle{Driver: Name, ExternalID: p.UUID, Private: substrate.Seal(Name, privateVersion, p)}
 }
 
 func decodeNodePrivate(env substrate.Envelope) (nodePrivate, error) {
 	var p nodePrivate
-	if env.Driver != Name {
-		return p, fmt.Errorf("envelope belongs to driver %q, not %q", env.Driver, Name)
-	}
-	if env.Version < 1 || env.Version > privateVersion {
-		return p, fmt.Errorf("envelope version %d: this driver knows versions 1..%d; upgrade sysbox", env.Version, privateVersion)
-	}
-	if err := json.Unmarshal(env.Data, &p); err != nil {
-		return p, fmt.Errorf("envelope data: %w", err)
-	}
-	return p, nil
+	return p, env.Open(Name, privateVersion, &p)
 }
 
 // CheckPrivate refuses envelopes of unknown versions and envelopes lacking the domain UUID or

@@ -237,3 +237,24 @@ type ImportedNode struct {
 	Command     []string          `json:"command,omitempty"`
 	Attachments []AttachmentState `json:"attachments,omitempty"`
 }
+
+// Seal wraps a driver's private value v as an envelope of that driver and version.
+func Seal(driver string, version int, v any) Envelope {
+	data, _ := json.Marshal(v) // the drivers' private values are plain structs
+	return Envelope{Driver: driver, Version: version, Data: data}
+}
+
+// Open decodes e into v when e belongs to driver and its version is 1..maxVersion; a newer
+// version says to upgrade sysbox.
+func (e Envelope) Open(driver string, maxVersion int, v any) error {
+	if e.Driver != driver {
+		return fmt.Errorf("envelope belongs to driver %q, not %q", e.Driver, driver)
+	}
+	if e.Version < 1 || e.Version > maxVersion {
+		return fmt.Errorf("envelope version %d: driver %s knows versions 1..%d; upgrade sysbox", e.Version, driver, maxVersion)
+	}
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return fmt.Errorf("envelope data: %w", err)
+	}
+	return nil
+}
