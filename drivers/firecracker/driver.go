@@ -225,10 +225,10 @@ type nicPrivate struct {
 
 func decodeNIC(env substrate.Envelope) (nicPrivate, error) {
 	var p nicPrivate
-	if env.Driver != Name || env.Version != nicPrivateVersion {
-		return p, fmt.Errorf("attachment envelope of driver %q version %d: want %q version %d: %w", env.Driver, env.Version, Name, nicPrivateVersion, driver.ErrInvalid)
+	if err := env.Open(Name, nicPrivateVersion, &p); err != nil {
+		return p, fmt.Errorf("attachment %w: %w", err, driver.ErrInvalid)
 	}
-	if err := json.Unmarshal(env.Data, &p); err != nil || p.TAP == "" {
+	if p.TAP == "" {
 		return p, fmt.Errorf("attachment envelope: no TAP recorded: %w", driver.ErrInvalid)
 	}
 	return p, nil

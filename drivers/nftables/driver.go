@@ -351,11 +351,11 @@ func (d *Driver) ImportPolicy(ctx context.Context, node substrate.Handle, extern
 
 func decodePrivate(env substrate.Envelope) (private, error) {
 	var p private
-	if env.Driver != Name || env.Version < 1 || env.Version > envelopeVersion {
-		return p, fmt.Errorf("private state: driver %q version %d, want %s 1..%d", env.Driver, env.Version, Name, envelopeVersion)
+	if err := env.Open(Name, envelopeVersion, &p); err != nil {
+		return p, fmt.Errorf("private state: %w", err)
 	}
-	if err := json.Unmarshal(env.Data, &p); err != nil || p.Table == "" {
-		return p, fmt.Errorf("private state: malformed (%v)", err)
+	if p.Table == "" {
+		return p, fmt.Errorf("private state: no table recorded")
 	}
 	return p, nil
 }
