@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"zyvor.dev/sysbox/internal/durable"
@@ -106,15 +108,29 @@ func ReadJournal(txDir string) ([]Event, error) {
 }
 
 func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
+	evs, info, _, err := readJournalData(txDir)
+	return evs, info, err
+}
+
+// readJournalData is readJournal that also returns the bytes it read (nil for no journal).
+func readJournalData(txDir string) ([]Event, durable.LogInfo, []byte, error) {
 	path := filepath.Join(txDir, JournalFile)
-	// The journal is never read through a symlink, nor from a FIFO or device put in its place.
-	if f, err := durable.OpenRegular(path); err == nil {
-		f.Close()
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, durable.LogInfo{}, fmt.Errorf("%w: %s: %w", ErrJournalCorrupt, path, err)
+	// The journal is never read through a symlink, nor from a FIFO or device put in its place;
+	// it is opened once and that descriptor is what is read, so nothing can be swapped in between.
+	f, err := durable.OpenRegular(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, durable.LogInfo{}, nil, nil
+	}
+	if err != nil {
+		return nil, durable.LogInfo{}, nil, fmt.Errorf("%w: %s: %w", ErrJournalCorrupt, path, err)
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return nil, durable.LogInfo{}, nil, fmt.Errorf("%w: read %s: %w", ErrJournalCorrupt, path, err)
 	}
 	var evs []Event
-	info, err := durable.ReadLog(path, journalKind, journalVersion, func(_ int, raw json.RawMessage) error {
+	info, err := durable.ReadLogFrom(bytes.NewReader(data), path, journalKind, journalVersion, func(_ int, raw json.RawMessage) error {
 		var ev Event
 		if err := json.Unmarshal(raw, &ev); err != nil {
 			return err
@@ -129,12 +145,12 @@ func readJournal(txDir string) ([]Event, durable.LogInfo, error) {
 		return nil
 	})
 	if err != nil {
-		if torn, n := tornTail(path, info); torn {
+		if torn, n := tornTail(data, info); torn {
 			err = fmt.Errorf("%w (the last %d bytes are an unterminated record that was never acknowledged; resume or rollback with --repair-torn-tail drops it, keeping a copy)", err, n)
 		}
-		return evs, info, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
+		return evs, info, data, fmt.Errorf("%w: %w", ErrJournalCorrupt, err)
 	}
-	return evs, info, nil
+	return evs, info, data, nil
 }
 
 // checkEventOrder refuses a record that no run of the engine writes at that point: the begin
@@ -177,11 +193,10 @@ func checkEventOrder(prev []Event, ev Event) error {
 	return nil
 }
 
-// tornTail reports whether everything after the valid prefix is one unterminated line: an append
-// that never returned, so the step it announced was never acknowledged or acted on.
-func tornTail(path string, info durable.LogInfo) (bool, int) {
-	data, err := os.ReadFile(path)
-	if err != nil || int64(len(data)) <= info.Size {
+// tornTail reports whether everything of data after the valid prefix is one unterminated line:
+// an append that never returned, so the step it announced was never acknowledged or acted on.
+func tornTail(data []byte, info durable.LogInfo) (bool, int) {
+	if int64(len(data)) <= info.Size {
 		return false, 0
 	}
 	tail := data[info.Size:]
@@ -192,27 +207,27 @@ func tornTail(path string, info durable.LogInfo) (bool, int) {
 // valid prefix, durably. It refuses anything but a torn tail. The caller holds the lock.
 func repairTornTail(txDir string) (int, error) {
 	path := filepath.Join(txDir, JournalFile)
-	_, info, err := readJournal(txDir)
+	_, info, data, err := readJournalData(txDir)
 	if err == nil {
 		return 0, nil
 	}
-	torn, n := tornTail(path, info)
+	torn, n := tornTail(data, info)
 	if !torn {
 		return 0, err // corruption inside the journal: never repaired
-	}
-	data, rerr := os.ReadFile(path)
-	if rerr != nil {
-		return 0, rerr
 	}
 	keep := filepath.Join(txDir, fmt.Sprintf("journal.torn-%d", info.Size))
 	if err := durable.WriteFile(keep, data[info.Size:], 0o600); err != nil {
 		return 0, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	// O_NOFOLLOW again: the file truncated is never one a symlink points at.
+	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(data)) {
+		return 0, fmt.Errorf("%w: %s changed while it was being repaired", ErrJournalCorrupt, path)
+	}
 	if err := f.Truncate(info.Size); err != nil {
 		return 0, fmt.Errorf("truncate %s: %w", path, err)
 	}

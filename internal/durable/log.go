@@ -192,15 +192,28 @@ func OpenLog(path string) (*Log, error) {
 // order. A missing file is an empty log. Unlike Read, a torn last line is an error (wrapping
 // ErrCorrupt) too; records before it were delivered.
 func ReadLog(path, kind string, maxVersion int, fn func(version int, payload json.RawMessage) error) (LogInfo, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return LogInfo{}, nil
+	}
+	if err != nil {
+		return LogInfo{}, fmt.Errorf("read log %s: %w", path, err)
+	}
+	defer f.Close()
+	return ReadLogFrom(f, path, kind, maxVersion, fn)
+}
+
+// ReadLogFrom is ReadLog of a log the caller has already opened (or read) as r, so that what is
+// checked is what is read: a caller that refuses symlinks opens the file once and reads that
+// descriptor. path only names the log in errors.
+func ReadLogFrom(r io.Reader, path, kind string, maxVersion int, fn func(version int, payload json.RawMessage) error) (LogInfo, error) {
 	var each func(Record) error
 	if fn != nil {
 		each = func(r Record) error { return fn(r.Version, r.Payload) }
 	}
-	rep, err := Read(path, kind, maxVersion, each)
+	rep, err := scan(r, path, kind, maxVersion, each)
 	info := LogInfo{Records: rep.Records, Size: rep.Size}
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return info, nil
 	case err != nil:
 		return info, err
 	case rep.Cut > 0:
