@@ -43,16 +43,14 @@ var (
 // DefaultPath is the state file used when no path is configured.
 const DefaultPath = "sysbox.sbxstate"
 
-// New returns the backend for the state file at path, creating its directory if needed.
+// New returns the backend for the state file at path. Its directory is created by the first
+// write (lock or save), so that reading a topology that was never applied leaves no trace.
 func New(path string) (*Backend, error) {
 	if path == "" {
 		path = DefaultPath
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("local backend %s: %w", path, err)
-	}
-	if err := durable.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("local backend %s: %w", path, err)
 	}
 	return &Backend{path: abs, locks: map[string]*durable.FileLock{}}, nil
@@ -126,7 +124,18 @@ func (b *Backend) current() (states.Header, bool, error) {
 	return h, true, nil
 }
 
+// mkdir creates the state file's directory, as the first write needs it.
+func (b *Backend) mkdir() error {
+	if err := durable.MkdirAll(filepath.Dir(b.path), 0o700); err != nil {
+		return fmt.Errorf("local backend %s: %w", b.path, err)
+	}
+	return nil
+}
+
 func (b *Backend) casLock(ctx context.Context) (*durable.FileLock, error) {
+	if err := b.mkdir(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	l, err := durable.LockWait(ctx, b.path+".cas.lock")
@@ -192,6 +201,9 @@ func (b *Backend) Delete(ctx context.Context, expectSerial uint64) error {
 func (b *Backend) Lock(ctx context.Context, info backend.LockInfo) (string, error) {
 	if info.ID == "" {
 		info.ID = backend.NewLockID()
+	}
+	if err := b.mkdir(); err != nil {
+		return "", err
 	}
 	fl, err := durable.Lock(b.path + ".lock")
 	if err != nil {

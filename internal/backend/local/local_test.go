@@ -25,6 +25,9 @@ func TestConformance(t *testing.T) {
 		},
 		Open: open,
 		WriteRaw: func(t *testing.T, settings map[string]string, data []byte) {
+			if err := os.MkdirAll(filepath.Dir(settings["path"]), 0o700); err != nil {
+				t.Fatal(err)
+			}
 			if err := os.WriteFile(settings["path"], data, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -182,5 +185,39 @@ func TestStatePathNotAFileRefused(t *testing.T) {
 				t.Fatalf("the state path was replaced by a file: %v %v", fi, err)
 			}
 		})
+	}
+}
+
+// Reading a topology that was never applied (validate, plan, state list) leaves no directory
+// behind; the first lock creates it.
+func TestReadCreatesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), ".sysbox")
+	b, err := New(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if st, err := b.Read(ctx); err != nil || st != nil {
+		t.Fatalf("Read of no state: %v, %v; want nil, nil", st, err)
+	}
+	if _, _, _, err := b.StoredSerial(ctx); err != nil {
+		t.Fatalf("StoredSerial of no state: %v", err)
+	}
+	if snaps, err := b.Snapshots(ctx); err != nil || len(snaps) != 0 {
+		t.Fatalf("Snapshots of no state: %v, %v", snaps, err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("reading created %s (%v)", dir, err)
+	}
+	id, err := b.Lock(ctx, backend.NewLockInfo("apply"))
+	if err != nil {
+		t.Fatalf("first lock in a missing directory: %v", err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("the first lock did not create %s: %v", dir, err)
+	}
+	if err := b.Unlock(ctx, id); err != nil {
+		t.Fatal(err)
 	}
 }
