@@ -102,7 +102,8 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	}
 	defer b.Close()
 	info := backend.NewLockInfo("apply")
-	info.TTL = time.Second
+	// Margins of a second either side: a loaded CI machine may stall a goroutine for a while.
+	info.TTL = 2 * time.Second
 	id, err := a.Lock(ctx, info)
 	if err != nil {
 		t.Fatal(err)
@@ -110,15 +111,15 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	if _, err := b.Lock(ctx, backend.NewLockInfo("apply")); !errors.Is(err, backend.ErrLocked) || !strings.Contains(err.Error(), "lease expires") {
 		t.Fatalf("live lease: got %v, want ErrLocked naming the lease expiry", err)
 	}
-	time.Sleep(600 * time.Millisecond)
-	if err := a.RenewLock(ctx, id, time.Second); err != nil {
+	time.Sleep(time.Second)
+	if err := a.RenewLock(ctx, id, 2*time.Second); err != nil {
 		t.Fatalf("renew: %v", err)
 	}
-	time.Sleep(600 * time.Millisecond) // 1.2s after taking it, but renewed at 0.6s
+	time.Sleep(time.Second + 200*time.Millisecond) // 2.2s after taking it, but renewed at 1s
 	if _, err := b.Lock(ctx, backend.NewLockInfo("apply")); !errors.Is(err, backend.ErrLocked) {
 		t.Fatalf("renewed lease: got %v, want ErrLocked", err)
 	}
-	time.Sleep(800 * time.Millisecond) // 0.4s past the renewed expiry
+	time.Sleep(time.Second + 800*time.Millisecond) // 1s past the renewed expiry
 	id2, err := b.Lock(ctx, backend.NewLockInfo("apply"))
 	if err != nil {
 		t.Fatalf("expired lease: got %v, want it taken over", err)
