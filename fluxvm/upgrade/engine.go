@@ -111,6 +111,8 @@ type tx struct {
 	lock *durable.FileLock
 	log  *durable.Log
 	view *txView
+	// hookLog is the log runStep created for the hook of the step it is about to start.
+	hookLog *hookLog
 }
 
 func (e *Engine) open(p *Plan) (*tx, error) {
@@ -406,6 +408,23 @@ func (t *tx) runStep(ctx context.Context, c *Component, step string, attempt int
 	if err := interrupted(ctx); err != nil {
 		return nil, err
 	}
+	// The hook's log is created before the start is journaled: a log that cannot be created
+	// (a full or read-only disk) stops the engine with the step not started, so resume runs the
+	// hook instead of treating one that never ran as interrupted mid-way.
+	if h := hookOf(c, step); h != nil {
+		hl, err := t.createHookLog(c, step, h, attempt)
+		if err != nil {
+			return nil, fmt.Errorf("transaction %s: %s %s: %w; the step was not started: resume the transaction once this is mended",
+				t.plan.TransactionID, c.Name, step, err)
+		}
+		t.hookLog = hl
+		defer func() { // a step that failed before its hook ran leaves the log unused
+			if t.hookLog != nil {
+				t.hookLog.f.Close()
+				t.hookLog = nil
+			}
+		}()
+	}
 	if err := t.appendEvent(Event{Type: EvStepStart, Component: c.Name, Step: step, Attempt: attempt}); err != nil {
 		return nil, err
 	}
@@ -570,22 +589,48 @@ func (t *tx) hookEnv(c *Component, step string, attempt int) []string {
 	}
 }
 
-// runHook runs one hook, streaming its output into logs/<component>.<step>.<attempt>.log as it
-// runs (timestamped lines, bounded), and syncs the log before returning, that is before the
-// step's outcome is journaled.
+// hookOf returns the hook step runs for c, nil for a step that runs none.
+func hookOf(c *Component, step string) *Hook {
+	switch step {
+	case StepPreflight:
+		return c.Hooks.Preflight
+	case StepApply:
+		return c.Hooks.Apply
+	case StepHealth:
+		return c.Hooks.Health
+	case StepRollback:
+		return c.Hooks.Rollback
+	case StepRollbackHealth:
+		return c.Hooks.RollbackHealth
+	}
+	return nil
+}
+
+// createHookLog creates logs/<component>.<step>.<attempt>.log for a hook about to run.
+func (t *tx) createHookLog(c *Component, step string, h *Hook, attempt int) (*hookLog, error) {
+	logDir := filepath.Join(t.dir, "logs")
+	if err := durable.MkdirAll(logDir, 0o700); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(logDir, fmt.Sprintf("%s.%s.%d.log", c.Name, step, attempt))
+	return createHookLog(logPath, MaxHookOutput, t.e.now,
+		fmt.Sprintf("# argv: %s\n# step: %s attempt %d\n# started: %s\n", argv.Quote(h.Argv), step, attempt, ts(t.e.now())))
+}
+
+// runHook runs one hook, streaming its output into its log (created by runStep before the step
+// was journaled as started; timestamped lines, bounded), and syncs the log before returning,
+// that is before the step's outcome is journaled.
 func (t *tx) runHook(ctx context.Context, c *Component, step string, h *Hook, attempt int) error {
 	if h == nil {
 		return nil
 	}
-	logDir := filepath.Join(t.dir, "logs")
-	if err := durable.MkdirAll(logDir, 0o700); err != nil {
-		return err
-	}
-	logPath := filepath.Join(logDir, fmt.Sprintf("%s.%s.%d.log", c.Name, step, attempt))
-	hl, err := createHookLog(logPath, MaxHookOutput, t.e.now,
-		fmt.Sprintf("# argv: %s\n# step: %s attempt %d\n# started: %s\n", argv.Quote(h.Argv), step, attempt, ts(t.e.now())))
-	if err != nil {
-		return fmt.Errorf("component %s: %s: %w", c.Name, step, err)
+	hl := t.hookLog
+	t.hookLog = nil
+	if hl == nil {
+		var err error
+		if hl, err = t.createHookLog(c, step, h, attempt); err != nil {
+			return fmt.Errorf("component %s: %s: %w", c.Name, step, err)
+		}
 	}
 	res, runErr := t.e.Runner.Run(ctx, argv.Cmd{
 		Argv:      h.Argv,

@@ -866,3 +866,40 @@ func containsType(evs []Event, typ string) bool {
 	}
 	return false
 }
+
+// A hook log that cannot be created stops the engine before the step is journaled as started:
+// the hook never ran, so resume runs it (and commits) instead of rolling back an apply that
+// never began.
+func TestHookLogFailureLeavesStepNotStarted(t *testing.T) {
+	r := newRig(t, "a", "b")
+	p := r.plan("tx")
+	blocker := filepath.Join(TxDir(p), "logs", "b.apply.1.log")
+	r.effects["b/preflight"] = func(argv.Cmd) error { return os.Mkdir(blocker, 0o700) } // a directory where the log goes
+	res, err := r.engine().Run(context.Background(), p)
+	if err == nil || !strings.Contains(err.Error(), "b.apply.1.log") || res.State != StateRunning {
+		t.Fatalf("Run with an uncreatable hook log: got %s %v, want an error naming the log and a running transaction", res.State, err)
+	}
+	evs, err := ReadJournal(TxDir(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Component == "b" && ev.Step == StepApply {
+			t.Fatalf("journal records %s of b/apply, whose hook never ran", ev.Type)
+		}
+	}
+	if diff := cmp.Diff([]string{"a/preflight", "a/apply", "a/health", "b/preflight"}, r.takeOrder()); diff != "" {
+		t.Errorf("hooks run before the stop (-want +got):\n%s", diff)
+	}
+	delete(r.effects, "b/preflight")
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	res, err = r.engine().Resume(context.Background(), p)
+	if err != nil || res.State != StateCommitted {
+		t.Fatalf("Resume once the log can be created: got %s %v, want committed", res.State, err)
+	}
+	if diff := cmp.Diff([]string{"b/apply", "b/health"}, r.takeOrder()); diff != "" {
+		t.Errorf("hooks run by resume (-want +got):\n%s", diff)
+	}
+}
