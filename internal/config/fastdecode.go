@@ -1,6 +1,8 @@
 package config
 
 import (
+	"sync"
+
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/customdecode"
 	"github.com/hashicorp/hcl/v2/hcldec"
@@ -109,13 +111,20 @@ func compileFast(spec hcldec.Spec, resourceBody bool) *fastSpec {
 	return fs
 }
 
+var valsPool = sync.Pool{New: func() any { return map[string]cty.Value{} }}
+
 // decode returns body's value, or false when hcldec.Decode must decide (see fastSpec).
 func (fs *fastSpec) decode(body hcl.Body, labels []string, ctx *hcl.EvalContext) (cty.Value, bool) {
 	sb, ok := body.(*hclsyntax.Body)
 	if !ok {
 		return cty.NilVal, false
 	}
-	vals := make(map[string]cty.Value, len(fs.fields))
+	// cty.ObjectVal copies vals, so the map goes back to the pool once the object is built.
+	vals := valsPool.Get().(map[string]cty.Value)
+	defer func() {
+		clear(vals)
+		valsPool.Put(vals)
+	}()
 	for name, a := range sb.Attributes {
 		if fs.hideMeta && metaArgs[name] {
 			continue
