@@ -63,12 +63,9 @@ func TestParsePiecesSplits(t *testing.T) {
 	}
 }
 
-// FuzzParsePieces compares the piecewise parse with one parse of the whole input, at several
-// piece sizes. Seeds: the cases above, every example topology and every diagnostics golden input.
-func FuzzParsePieces(f *testing.F) {
-	for _, src := range parsePiecesCases {
-		f.Add([]byte(src))
-	}
+// AddFuzzSeeds adds every example topology and every diagnostics golden input to f's corpus
+// (shared with the external test package's FuzzLoadEvaluate).
+func AddFuzzSeeds(f *testing.F) {
 	seeds, _ := filepath.Glob("../../examples/*/*.sysbox.hcl")
 	more, _ := filepath.Glob("testdata/diags/*/*.hcl")
 	for _, p := range append(seeds, more...) {
@@ -78,6 +75,18 @@ func FuzzParsePieces(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	if len(seeds)+len(more) < 5 {
+		f.Fatalf("only %d seed files found", len(seeds)+len(more))
+	}
+}
+
+// FuzzParsePieces compares the piecewise parse with one parse of the whole input, at several
+// piece sizes. Seeds: the cases above, every example topology and every diagnostics golden input.
+func FuzzParsePieces(f *testing.F) {
+	for _, src := range parsePiecesCases {
+		f.Add([]byte(src))
+	}
+	AddFuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, src []byte) {
 		for _, target := range []int{1, 64, 2048} {
 			checkParsePieces(t, src, target)
