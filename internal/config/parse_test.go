@@ -14,20 +14,24 @@ import (
 // gives (body, ranges, diagnostics), whatever the source; these inputs put a "}" line followed
 // by a block-like line inside each multi-line construct HCL has.
 var parsePiecesCases = map[string]string{
-	"blocks":          "a {\n  x = 1\n}\nb \"l\" {\n  y = [\n    2,\n  ]\n}\nc {\n}\n",
-	"top attributes":  "x = 1\nb {\n}\ny = 2\nc {\n}\nz = 3\n",
-	"duplicate attr":  "x = 1\nb {\n}\nx = 2\n",
-	"heredoc":         "a {\n  t = <<EOF\n}\nb {\n}\nEOF\n}\nc {\n}\n",
-	"block comment":   "a {\n}\n/*\n}\nb {\n}\n*/\nc {\n}\n",
-	"template":        "a {\n  t = \"${\n}\nb {\n}\n\"\n}\n",
-	"brackets":        "a = [\n{\n}\nb {\n}\n]\n",
-	"syntax error":    "a {\n}\nb {\n  x = \n}\nc {\n}\n",
-	"unclosed":        "a {\n}\nb {\n",
-	"crlf":            "a {\r\n  x = 1\r\n}\r\nb {\r\n}\r\n",
-	"bom":             "\xef\xbb\xbfa {\n}\nb {\n}\n",
-	"no newline":      "a {\n}\nb {\n}",
-	"comment between": "a {\n}\n# note\nb {\n}\n// more\nc {\n}\n",
-	"unicode":         "a {\n  s = \"héllo 👍\"\n}\nb {\n  t = \"ü\"\n}\n",
+	"blocks":               "a {\n  x = 1\n}\nb \"l\" {\n  y = [\n    2,\n  ]\n}\nc {\n}\n",
+	"top attributes":       "x = 1\nb {\n}\ny = 2\nc {\n}\nz = 3\n",
+	"duplicate attr":       "x = 1\nb {\n}\nx = 2\n",
+	"heredoc":              "a {\n  t = <<EOF\n}\nb {\n}\nEOF\n}\nc {\n}\n",
+	"block comment":        "a {\n}\n/*\n}\nb {\n}\n*/\nc {\n}\n",
+	"template":             "a {\n  t = \"${\n}\nb {\n}\n\"\n}\n",
+	"brackets":             "a = [\n{\n}\nb {\n}\n]\n",
+	"syntax error":         "a {\n}\nb {\n  x = \n}\nc {\n}\n",
+	"unclosed":             "a {\n}\nb {\n",
+	"crlf":                 "a {\r\n  x = 1\r\n}\r\nb {\r\n}\r\n",
+	"bom":                  "\xef\xbb\xbfa {\n}\nb {\n}\n",
+	"no newline":           "a {\n}\nb {\n}",
+	"comment between":      "a {\n}\n# note\nb {\n}\n// more\nc {\n}\n",
+	"top heredoc":          "a = <<EOT\n}\nb {\nEOT\nc {\n}\n",
+	"top indented heredoc": "a = <<-EOT\n  x\n}\nb {\n  EOT\n",
+	"top template":         "a = \"${x}\n}\nb {\n\"\nc {\n}\n",
+	"top call":             "a = f(\n{\n}\nb {\n}\n)\n",
+	"unicode":              "a {\n  s = \"héllo 👍\"\n}\nb {\n  t = \"ü\"\n}\n",
 }
 
 func checkParsePieces(t *testing.T, src []byte, target int) {
