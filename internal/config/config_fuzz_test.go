@@ -14,18 +14,7 @@ import (
 // input must come with at least one error diagnostic, never a nil module without a reason.
 // Seeds: every example topology and every diagnostics golden input.
 func FuzzLoadEvaluate(f *testing.F) {
-	seeds, _ := filepath.Glob("../../examples/*/*.sysbox.hcl")
-	more, _ := filepath.Glob("testdata/diags/*/*.hcl")
-	for _, p := range append(seeds, more...) {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	if len(seeds)+len(more) < 5 {
-		f.Fatalf("only %d seed files found", len(seeds)+len(more))
-	}
+	config.AddFuzzSeeds(f)
 	schemas := handlers.Builtin()
 	f.Fuzz(func(t *testing.T, src []byte) {
 		dir := t.TempDir()

@@ -14,6 +14,13 @@
 //   - Evaluation is demand-driven and memoised: every variable, local, output, module call and
 //     resource is evaluated at most once per module instance, so the work is linear in the size
 //     of the expanded configuration. A reference cycle is a diagnostic naming the cycle.
+//   - A file is parsed in pieces split between top-level blocks (parse.go), which keeps the HCL
+//     lexer's token slices small; the result is exactly that of one hclsyntax.ParseConfig of
+//     the file (any piece with a diagnostic makes it parse the whole file again).
+//   - A resource body is decoded straight from its syntax tree when its type's hcldec spec has
+//     only the parts fastdecode.go covers and the body is valid; otherwise, and for every
+//     diagnostic, hcldec.Decode decodes it. Both give the same value (this package's tests
+//     compare them on every body they decode).
 //   - Files are parsed in parallel; resources that no expression refers to are decoded in
 //     parallel after the sequential pass (nothing can observe the difference). A resource's
 //     value for expressions is built only when something refers to it. Diagnostics are sorted

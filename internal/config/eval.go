@@ -326,6 +326,7 @@ type evaluator struct {
 	instances  []*ResourceInstance
 	jobs       []*decodeJob
 	referenced map[*Module]map[string]bool // resources some expression refers to
+	fast       map[fastKey]*fastSpec       // compiled decoders by schema (fastdecode.go)
 	mu         sync.Mutex                  // guards secretRefs and envRead (functions run in jobs)
 }
 

@@ -241,7 +241,7 @@ func parseFiles(files []string) []parsedFile {
 					out[i].err = err
 					continue
 				}
-				f, d := hclsyntax.ParseConfig(b, files[i], hcl.InitialPos)
+				f, d := parseConfig(b, files[i])
 				out[i] = parsedFile{src: b, file: f, diags: d}
 			}
 		}()

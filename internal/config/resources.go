@@ -192,6 +192,7 @@ type decodeJob struct {
 	ri      *ResourceInstance
 	schema  Schema
 	spec    hcldec.Spec
+	fast    *fastSpec // nil: hcldec only
 	ctx     *hcl.EvalContext
 	dynamic bool
 	baseDir string
@@ -211,11 +212,21 @@ func (j *decodeJob) run() {
 	if j.dynamic {
 		body = dynblock.Expand(body, j.ctx)
 	}
-	val, d := hcldec.Decode(body, j.spec, j.ctx)
-	j.diags = append(j.diags, d...)
-	if d.HasErrors() {
-		j.failed = true
-		return
+	val, ok := cty.NilVal, false
+	if j.fast != nil {
+		val, ok = j.fast.decode(body, nil, j.ctx)
+		if ok && checkFastDecode != nil {
+			checkFastDecode(body, j.spec, j.ctx, val)
+		}
+	}
+	if !ok {
+		var d hcl.Diagnostics
+		val, d = hcldec.Decode(body, j.spec, j.ctx)
+		j.diags = append(j.diags, d...)
+		if d.HasErrors() {
+			j.failed = true
+			return
+		}
 	}
 	marked, unknownAt, hasUnknown := scanValue(val)
 	var pvm []cty.PathValueMarks
@@ -344,7 +355,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 		if failed {
 			continue
 		}
-		job := &decodeJob{rs: rs, ri: ri, schema: schema, spec: spec, dynamic: hasDynamic, baseDir: mi.mod.Dir,
+		job := &decodeJob{rs: rs, ri: ri, schema: schema, spec: spec, fast: e.fastSpec(cfg.Addr, spec), dynamic: hasDynamic, baseDir: mi.mod.Dir,
 			ctx: &hcl.EvalContext{Variables: withRep(vars, x.reps[i]), Functions: mi.funcs}}
 		if rs.deferred {
 			e.jobs = append(e.jobs, job)

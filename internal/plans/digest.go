@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"hash"
+	"io"
 	"strconv"
 
 	"zyvor.dev/sysbox/internal/addrs"
@@ -31,7 +31,7 @@ func ActionsDigest(actions []ResourceAction) string {
 }
 
 // writeActions writes json.Marshal(actions) to h; false if a value could not be encoded.
-func writeActions(h hash.Hash, actions []ResourceAction) bool {
+func writeActions(h io.Writer, actions []ResourceAction) bool {
 	if actions == nil {
 		h.Write([]byte("null"))
 		return true

@@ -13,6 +13,45 @@ import (
 // TestActionsDigestMatchesJSON holds ActionsDigest to its definition: the SHA-256 of
 // json.Marshal of the actions (an encoding error hashes json.Marshal's nil result).
 func TestActionsDigestMatchesJSON(t *testing.T) {
+	for _, tt := range actionsEncodingCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			b, _ := json.Marshal(tt.actions)
+			sum := sha256.Sum256(b)
+			want := "sha256:" + hex.EncodeToString(sum[:])
+			if got := ActionsDigest(tt.actions); got != want {
+				t.Errorf("got %s, want %s (of %s)", got, want, b)
+			}
+		})
+	}
+}
+
+// TestStoredJSON: the plan file's payload is json.Marshal of the plan without its format
+// version, whatever the actions hold (an action encoding/json cannot encode fails both ways).
+func TestStoredJSON(t *testing.T) {
+	fp := Fingerprint{SourceDigest: "sha256:s", Lineage: "l<&>", Serial: 3, SchemaVersions: map[string]int{"b": 1, "a": 2},
+		Drivers: []driver.Descriptor{{Name: "netns", Version: "1"}}, Artifacts: map[string]string{"x": "y"}}
+	for _, tt := range actionsEncodingCases() {
+		for _, targets := range [][]string{nil, {}, {"sysbox_node.a", "<b>"}} {
+			t.Run(tt.name, func(t *testing.T) {
+				p := &Plan{FormatVersion: "1.0", ToolVersion: "v&1", Mode: "normal", Targets: targets, Actions: tt.actions, Fingerprint: fp}
+				stored := *p
+				stored.FormatVersion = ""
+				want, wantErr := json.Marshal(&stored)
+				got, err := json.Marshal(storedJSON(p))
+				if (err != nil) != (wantErr != nil) || string(got) != string(want) {
+					t.Errorf("got %s (%v), want %s (%v)", got, err, want, wantErr)
+				}
+			})
+		}
+	}
+}
+
+type actionsCase struct {
+	name    string
+	actions []ResourceAction
+}
+
+func actionsEncodingCases() []actionsCase {
 	node := addrs.MustParseInstance(`module.seg["red"].sysbox_node.web[3]`)
 	full := ResourceAction{Address: node, Action: Replace, Reason: "image changed", Type: "sysbox_node", Mode: "managed", SchemaVersion: 2,
 		Before: json.RawMessage(`{"a":1}`), After: json.RawMessage(`{"a":2}`),
@@ -24,10 +63,7 @@ func TestActionsDigestMatchesJSON(t *testing.T) {
 		f(&a)
 		return []ResourceAction{a}
 	}
-	tests := []struct {
-		name    string
-		actions []ResourceAction
-	}{
+	return []actionsCase{
 		{"nil", nil},
 		{"empty", []ResourceAction{}},
 		{"zero action", []ResourceAction{{}}},
@@ -57,15 +93,5 @@ func TestActionsDigestMatchesJSON(t *testing.T) {
 			return []ResourceAction{x, y, z, x}
 		}()},
 		{"negative schema version", with(func(a *ResourceAction) { a.SchemaVersion = -7 })},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b, _ := json.Marshal(tt.actions)
-			sum := sha256.Sum256(b)
-			want := "sha256:" + hex.EncodeToString(sum[:])
-			if got := ActionsDigest(tt.actions); got != want {
-				t.Errorf("got %s, want %s (of %s)", got, want, b)
-			}
-		})
 	}
 }

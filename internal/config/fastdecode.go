@@ -1,0 +1,258 @@
+package config
+
+import (
+	"sync"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/ext/customdecode"
+	"github.com/hashicorp/hcl/v2/hcldec"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+	"zyvor.dev/sysbox/internal/addrs"
+)
+
+// A fastSpec decodes a native-syntax body straight from its syntax tree to the value
+// hcldec.Decode would return for the spec it was compiled from. hcldec rebuilds the spec's
+// schema and an hcl.BodyContent (maps, converted attributes and blocks) for every body and
+// nested block, which was a fifth of a large plan's CPU time.
+//
+// It covers the valid case only: a body with an argument or block the spec does not name, a
+// missing required argument, a block with the wrong number of labels, a repeated block key,
+// list elements of different types, or any diagnostic from an expression makes decode report
+// false, and the caller runs hcldec.Decode, which produces the diagnostics. Expressions are
+// pure (impure functions are not offered), so evaluating one twice is harmless.
+type fastSpec struct {
+	attrs    map[string]*fastAttr // by argument name
+	blocks   map[string]*fastBlock
+	labels   []fastLabel
+	fields   []string // the object's attribute names (the ObjectSpec keys)
+	hideMeta bool     // a resource body: its meta-arguments and lifecycle block are hidden
+}
+
+type fastAttr struct {
+	keys     []string // ObjectSpec keys naming this argument
+	ty       cty.Type
+	null     cty.Value // the value when absent
+	required bool
+}
+
+type fastBlock struct {
+	key    string
+	list   bool // BlockListSpec; else BlockObjectSpec with one label
+	labels int
+	min    int
+	max    int
+	empty  cty.Value // the value without blocks
+	nested *fastSpec
+}
+
+type fastLabel struct {
+	key   string
+	index int
+}
+
+// compileFast returns the fast decoder of spec, or nil when spec uses a part it does not cover
+// (only ObjectSpec of AttrSpec, BlockListSpec, BlockObjectSpec with one label and
+// BlockLabelSpec are covered).
+func compileFast(spec hcldec.Spec, resourceBody bool) *fastSpec {
+	obj, ok := spec.(hcldec.ObjectSpec)
+	if !ok {
+		return nil
+	}
+	fs := &fastSpec{attrs: map[string]*fastAttr{}, blocks: map[string]*fastBlock{}, hideMeta: resourceBody}
+	for key, s := range obj {
+		fs.fields = append(fs.fields, key)
+		switch s := s.(type) {
+		case *hcldec.AttrSpec:
+			if customdecode.CustomExpressionDecoderForType(s.Type) != nil || resourceBody && metaArgs[s.Name] {
+				return nil
+			}
+			a := fs.attrs[s.Name]
+			if a == nil {
+				a = &fastAttr{ty: s.Type, null: cty.NullVal(s.Type.WithoutOptionalAttributesDeep())}
+				fs.attrs[s.Name] = a
+			} else if !a.ty.Equals(s.Type) {
+				return nil
+			}
+			a.keys = append(a.keys, key)
+			a.required = a.required || s.Required
+		case *hcldec.BlockListSpec:
+			nested := compileFast(s.Nested, false)
+			if nested == nil || fs.blocks[s.TypeName] != nil {
+				return nil
+			}
+			labels := 0
+			for _, l := range nested.labels {
+				labels = max(labels, l.index+1)
+			}
+			fs.blocks[s.TypeName] = &fastBlock{key: key, list: true, labels: labels, min: s.MinItems, max: s.MaxItems,
+				empty: cty.ListValEmpty(hcldec.ImpliedType(s.Nested)), nested: nested}
+		case *hcldec.BlockObjectSpec:
+			nested := compileFast(s.Nested, false)
+			if nested == nil || len(s.LabelNames) != 1 || len(nested.labels) > 0 || fs.blocks[s.TypeName] != nil {
+				return nil
+			}
+			fs.blocks[s.TypeName] = &fastBlock{key: key, labels: 1, empty: cty.EmptyObjectVal, nested: nested}
+		case *hcldec.BlockLabelSpec:
+			fs.labels = append(fs.labels, fastLabel{key: key, index: s.Index})
+		default:
+			return nil
+		}
+	}
+	for name := range fs.attrs {
+		if fs.blocks[name] != nil || resourceBody && name == "lifecycle" {
+			return nil
+		}
+	}
+	if resourceBody && (fs.blocks["lifecycle"] != nil || len(fs.labels) > 0) {
+		return nil
+	}
+	return fs
+}
+
+var valsPool = sync.Pool{New: func() any { return map[string]cty.Value{} }}
+
+// decode returns body's value, or false when hcldec.Decode must decide (see fastSpec).
+func (fs *fastSpec) decode(body hcl.Body, labels []string, ctx *hcl.EvalContext) (cty.Value, bool) {
+	sb, ok := body.(*hclsyntax.Body)
+	if !ok {
+		return cty.NilVal, false
+	}
+	// cty.ObjectVal copies vals, so the map goes back to the pool once the object is built.
+	vals := valsPool.Get().(map[string]cty.Value)
+	defer func() {
+		clear(vals)
+		valsPool.Put(vals)
+	}()
+	for name, a := range sb.Attributes {
+		if fs.hideMeta && metaArgs[name] {
+			continue
+		}
+		fa := fs.attrs[name]
+		if fa == nil {
+			return cty.NilVal, false
+		}
+		v, d := a.Expr.Value(ctx)
+		if len(d) > 0 {
+			return cty.NilVal, false
+		}
+		v, err := convert.Convert(v, fa.ty)
+		if err != nil {
+			return cty.NilVal, false
+		}
+		for _, k := range fa.keys {
+			vals[k] = v
+		}
+	}
+	for name, fa := range fs.attrs {
+		if _, set := sb.Attributes[name]; set {
+			continue
+		}
+		if fa.required {
+			return cty.NilVal, false
+		}
+		for _, k := range fa.keys {
+			vals[k] = fa.null
+		}
+	}
+	for _, l := range fs.labels {
+		if l.index >= len(labels) {
+			return cty.NilVal, false
+		}
+		vals[l.key] = cty.StringVal(labels[l.index])
+	}
+	if !fs.decodeBlocks(sb, ctx, vals) {
+		return cty.NilVal, false
+	}
+	return cty.ObjectVal(vals), true
+}
+
+func (fs *fastSpec) decodeBlocks(sb *hclsyntax.Body, ctx *hcl.EvalContext, vals map[string]cty.Value) bool {
+	var lists map[string][]cty.Value
+	var objs map[string]map[string]cty.Value
+	for _, blk := range sb.Blocks {
+		if fs.hideMeta && blk.Type == "lifecycle" {
+			continue
+		}
+		fb := fs.blocks[blk.Type]
+		if fb == nil || len(blk.Labels) != fb.labels {
+			return false
+		}
+		v, ok := fb.nested.decode(blk.Body, blk.Labels, ctx)
+		if !ok {
+			return false
+		}
+		if fb.list {
+			if lists == nil {
+				lists = map[string][]cty.Value{}
+			}
+			lists[blk.Type] = append(lists[blk.Type], v)
+			continue
+		}
+		if objs == nil {
+			objs = map[string]map[string]cty.Value{}
+		}
+		m := objs[blk.Type]
+		if m == nil {
+			m = map[string]cty.Value{}
+			objs[blk.Type] = m
+		}
+		if _, dup := m[blk.Labels[0]]; dup {
+			return false
+		}
+		m[blk.Labels[0]] = v
+	}
+	for name, fb := range fs.blocks {
+		switch {
+		case fb.list && len(lists[name]) > 0:
+			elems := lists[name]
+			if len(elems) < fb.min || fb.max > 0 && len(elems) > fb.max {
+				return false
+			}
+			ty := elems[0].Type()
+			if ty.HasDynamicTypes() {
+				return false // hcldec unifies such types to dynamic ones; leave that to it
+			}
+			for _, v := range elems[1:] {
+				if !v.Type().Equals(ty) {
+					return false // hcldec unifies the types; leave that to it
+				}
+			}
+			vals[fb.key] = cty.ListVal(elems)
+		case !fb.list && len(objs[name]) > 0:
+			vals[fb.key] = cty.ObjectVal(objs[name])
+		default:
+			if fb.min > 0 {
+				return false
+			}
+			vals[fb.key] = fb.empty
+		}
+	}
+	return true
+}
+
+// checkFastDecode, when set (by this package's tests), is called with every value the fast
+// decoder returns, to compare it with hcldec's.
+var checkFastDecode func(body hcl.Body, spec hcldec.Spec, ctx *hcl.EvalContext, got cty.Value)
+
+// fastSpec returns the fast decoder of the resource type's spec (nil if the spec is not
+// covered), compiled once per type (Options.Schemas gives one schema per type). Runs on the
+// evaluator's goroutine; the decoders are read-only afterwards.
+func (e *evaluator) fastSpec(r addrs.Resource, spec hcldec.Spec) *fastSpec {
+	key := fastKey{r.Mode, r.Type}
+	if fs, ok := e.fast[key]; ok {
+		return fs
+	}
+	if e.fast == nil {
+		e.fast = map[fastKey]*fastSpec{}
+	}
+	fs := compileFast(spec, true)
+	e.fast[key] = fs
+	return fs
+}
+
+type fastKey struct {
+	mode addrs.ResourceMode
+	typ  string
+}
