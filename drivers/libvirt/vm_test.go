@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -109,6 +110,16 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 	}
 	guestRun(t, d, h1, "ping", "-c", "1", "-W", "5", "198.51.100.20")
 	pingFromNetns(t, peer, "198.51.100.10")
+	if err := d.SetHosts(ctx, h1, o1, []driver.HostEntry{{Address: "198.51.100.20", Names: []string{"peer", "peer.lab"}}}); err != nil {
+		t.Fatalf("SetHosts: %v", err)
+	}
+	if err := d.SetHosts(ctx, h1, o1, []driver.HostEntry{{Address: "198.51.100.20", Names: []string{"peer"}}}); err != nil {
+		t.Fatalf("SetHosts again: %v", err)
+	}
+	if hosts := guestRun(t, d, h1, "cat", "/etc/hosts"); !strings.Contains(hosts, "198.51.100.20\tpeer\n") ||
+		strings.Contains(hosts, "peer.lab") || strings.Count(hosts, linuxnet.HostsMarkerPrefix) != 1 {
+		t.Errorf("guest /etc/hosts after SetHosts twice:\n%s", hosts)
+	}
 	obs, err := d.ObserveNode(ctx, h1, o1)
 	if err != nil || obs.Status != substrate.Present || obs.Attributes["domain_type"] != TypeQEMU {
 		t.Fatalf("ObserveNode: %s (%s) %v, %v; want present, domain type qemu", obs.Status, obs.Reason, obs.Attributes, err)
