@@ -4,14 +4,17 @@
 //
 //   - cold boot to agent ready: CreateNode + StartNode vs `virsh define` + `virsh start` + polling
 //     `virsh qemu-agent-command guest-ping`;
+//
 //   - reset, cold path: NewGeneration + StartNode (snapshots off) vs destroy + undefine + a new
 //     overlay + define + start + ping;
+//
 //   - reset, snapshot path: NewGeneration + StartNode restored from the node's snapshot vs
 //     `virsh restore` of a save image + ping (the peer's save is taken outside the timing, ours
 //     at the node's first start, also outside);
+//
 //   - 4 VMs created and started in parallel vs 1 (ours against ours; the peer's the same).
 //
-//	go run ./bench/libvirt -image /tmp/sysbox-test-all/guest-image -rounds 3
+//     go run ./bench/libvirt -image /tmp/sysbox-test-all/guest-image -rounds 3
 //
 // Needs root, a running libvirtd (qemu:///system), virsh and qemu-img. Everything it creates is
 // removed at the end, also on failure. Never uses domain type kvm.
