@@ -172,6 +172,9 @@ func TestNodeLifecycleOnFakeConnection(t *testing.T) {
 	if res, err := d.Residue(ctx, o.Topology); err != nil || len(res) != 0 {
 		t.Errorf("Residue after delete: %+v, %v; want none", res, err)
 	}
+	if _, err := os.Stat(d.overlayDir(o.Topology)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("overlay directory after deleting the last node: %v, want gone", err)
+	}
 	if _, err := os.Stat(filepath.Join(base.Ref, fileDisk)); err != nil {
 		t.Errorf("baseline after delete: %v; it must stay", err)
 	}
