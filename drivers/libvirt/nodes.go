@@ -455,6 +455,9 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		return obs, nil
 	}
 	obs.Status = substrate.Present
+	if from := obs.Attributes["started_from"]; from != "" {
+		obs.Reason = "started from " + from // state keeps the reason: `sysbox state show` says which reset path ran
+	}
 	return obs, nil
 }
 
