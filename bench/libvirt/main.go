@@ -196,23 +196,29 @@ func (b *bench) oursResetSnap(ctx context.Context, r int) (time.Duration, error)
 	return b.reset(ctx, b.snap, fmt.Sprintf("sysbox_node.snap%d", r), "snapshot")
 }
 
+// parallel times n calls of one (each bringing a VM up and down) run at once.
+func parallel(n int, one func(i int) error) (time.Duration, error) {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = one(i)
+		}(i)
+	}
+	wg.Wait()
+	return time.Since(t0), errors.Join(errs...)
+}
+
 func (b *bench) oursParallel(n int) func(ctx context.Context, r int) (time.Duration, error) {
 	return func(ctx context.Context, r int) (time.Duration, error) {
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		t0 := time.Now()
-		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				o := b.owner(fmt.Sprintf("sysbox_node.par%d_%d_%d", n, r, i), 1)
-				var h substrate.Handle
-				h, errs[i] = b.up(ctx, b.cold, o)
-				defer func() { errs[i] = errors.Join(errs[i], b.cold.DeleteNode(ctx, h, o)) }()
-			}(i)
-		}
-		wg.Wait()
-		return time.Since(t0), errors.Join(errs...)
+		return parallel(n, func(i int) error {
+			o := b.owner(fmt.Sprintf("sysbox_node.par%d_%d_%d", n, r, i), 1)
+			h, err := b.up(ctx, b.cold, o)
+			return errors.Join(err, b.cold.DeleteNode(ctx, h, o))
+		})
 	}
 }
 
@@ -323,20 +329,10 @@ func (b *bench) peerRestore(ctx context.Context, r int) (time.Duration, error) {
 
 func (b *bench) peerParallel(n int) func(ctx context.Context, r int) (time.Duration, error) {
 	return func(ctx context.Context, r int) (time.Duration, error) {
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		t0 := time.Now()
-		for i := 0; i < n; i++ {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				name := fmt.Sprintf("%s-par%d-%d-%d", b.topo, n, r, i)
-				errs[i] = b.peerUp(ctx, name)
-				errs[i] = errors.Join(errs[i], peerDown(name))
-			}(i)
-		}
-		wg.Wait()
-		return time.Since(t0), errors.Join(errs...)
+		return parallel(n, func(i int) error {
+			name := fmt.Sprintf("%s-par%d-%d-%d", b.topo, n, r, i)
+			return errors.Join(b.peerUp(ctx, name), peerDown(name))
+		})
 	}
 }
 
