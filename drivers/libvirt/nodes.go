@@ -338,6 +338,13 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom gol
 		}
 		first = !started
 	}
+	if first {
+		// Recorded before the start: a crash after a restore must not make a later start restore
+		// the snapshot's memory again onto a disk the guest has written since.
+		if err := durable.WriteFile(startRecord(m.Overlay), []byte("starting\n"), 0o644); err != nil {
+			return fmt.Errorf("%s: start record: %w", what, err)
+		}
+	}
 	how := "cold"
 	switch {
 	case first && m.Snapshot != "":
