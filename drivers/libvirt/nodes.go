@@ -274,7 +274,9 @@ func (d *Driver) createOverlay(ctx context.Context, o substrate.Owner, backing, 
 	return durable.SyncDir(dir)
 }
 
-// removeDirIfEmpty removes a topology's overlay directory once nothing is left in it.
+// removeDirIfEmpty removes a topology's overlay directory once nothing is left in it but the
+// temporary files of durable writes a killed process left (never data: their renames did not
+// happen).
 func (d *Driver) removeDirIfEmpty(topology string) error {
 	d.dirs.Lock()
 	defer d.dirs.Unlock()
@@ -283,8 +285,18 @@ func (d *Driver) removeDirIfEmpty(topology string) error {
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err != nil || len(ents) > 0 {
+	if err != nil {
 		return err
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), ".tmp-") {
+			return nil
+		}
+	}
+	for _, e := range ents {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove leftover temporary file: %w", err)
+		}
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove empty overlay directory: %w", err)

@@ -156,6 +156,10 @@ func TestNodeLifecycleOnFakeConnection(t *testing.T) {
 	if res, err := d.Residue(ctx, o.Topology); err != nil || len(res) != 2 {
 		t.Errorf("Residue: %+v, %v; want the domain and the overlay", res, err)
 	}
+	// What a process killed inside a durable write leaves: the directory still goes.
+	if err := os.WriteFile(filepath.Join(d.overlayDir(o.Topology), "."+filepath.Base(ownerRecord(overlay))+".tmp-123"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.DeleteNode(ctx, h, o); err != nil {
 		t.Fatal(err)
 	}
