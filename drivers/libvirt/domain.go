@@ -29,6 +29,9 @@ type ownerMeta struct {
 	Overlay    string   `xml:"overlay,attr,omitempty"`
 	Baseline   string   `xml:"baseline,attr,omitempty"` // digest of the disk artifact
 	Kernel     string   `xml:"kernel,attr,omitempty"`   // digest of the kernel artifact
+	SnapKey    string   `xml:"snapkey,attr,omitempty"`  // snapKey of the spec (snapshot.go)
+	Snapshot   string   `xml:"snapshot,attr,omitempty"` // stream digest of the snapshot the overlay sits on
+	Cold       string   `xml:"cold,attr,omitempty"`     // why a reset could not use the snapshot
 }
 
 func newOwnerMeta(o substrate.Owner) ownerMeta {

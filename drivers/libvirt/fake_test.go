@@ -17,11 +17,12 @@ import (
 
 // fakeConn is an in-memory libvirtd for unit tests: domains by UUID with their XML and state.
 type fakeConn struct {
-	mu      sync.Mutex
-	doms    map[golibvirt.UUID]*fakeDom
-	agent   func(dom golibvirt.Domain, cmd string) (string, error)
-	down    bool // every call fails like a dropped socket
-	defines int
+	mu       sync.Mutex
+	doms     map[golibvirt.UUID]*fakeDom
+	agent    func(dom golibvirt.Domain, cmd string) (string, error)
+	down     bool // every call fails like a dropped socket
+	defines  int
+	restores []string // the XML of each restored image
 }
 
 type fakeDom struct {
@@ -146,6 +147,59 @@ func (f *fakeConn) DomainDestroy(d golibvirt.Domain) error {
 }
 
 func (f *fakeConn) DomainShutdown(d golibvirt.Domain) error { return f.DomainDestroy(d) }
+
+// DomainSave writes a save image in libvirt's format (the domain's XML, a stand-in stream) and
+// stops the domain.
+func (f *fakeConn) DomainSave(d golibvirt.Domain, to string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fd, err := f.get(d)
+	if err != nil {
+		return err
+	}
+	if !fd.running {
+		return golibvirt.Error{Code: uint32(golibvirt.ErrOperationInvalid), Message: "domain is not running"}
+	}
+	h := saveHeader{DataLen: uint32(len(fd.xml)) + 1 + 64<<10, WasRunning: 1}
+	b, err := encodeSaveHeader(h, fd.xml, "")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(to, append(b, "QEVM fake stream of "+fd.dom.Name...), 0o600); err != nil {
+		return err
+	}
+	fd.running = false
+	return nil
+}
+
+// DomainRestore starts the defined domain the image's XML names (by UUID and name, as libvirt
+// requires of a persistent domain).
+func (f *fakeConn) DomainRestore(from string) error {
+	_, doc, _, err := readSaveImage(from)
+	if err != nil {
+		return err
+	}
+	x, err := parseDomain(doc)
+	if err != nil {
+		return err
+	}
+	u, err := parseUUID(x.UUID)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fd, err := f.get(golibvirt.Domain{UUID: u})
+	if err != nil {
+		return err
+	}
+	if fd.dom.Name != x.Name || fd.running {
+		return golibvirt.Error{Code: uint32(golibvirt.ErrOperationInvalid), Message: "domain " + x.Name + " mismatch or active"}
+	}
+	fd.running = true
+	f.restores = append(f.restores, doc)
+	return nil
+}
 
 func (f *fakeConn) DomainUndefineFlags(d golibvirt.Domain, _ golibvirt.DomainUndefineFlagsValues) error {
 	f.mu.Lock()

@@ -166,6 +166,12 @@ func stateName(st int32) string {
 // metadata proves it is spec's (a retried create) is adopted; any other holder of the name is
 // left untouched (ErrNotOwned).
 func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (substrate.Handle, error) {
+	return d.createNode(ctx, spec, nil, "")
+}
+
+// createNode is CreateNode; with snap, the overlay sits on that snapshot's disk and the first
+// start restores it. cold says why a reset could not use a snapshot (kept in the metadata).
+func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, snap *snapManifest, cold string) (substrate.Handle, error) {
 	what := "node " + spec.Owner.Address
 	if !spec.Owner.Complete() {
 		return substrate.Handle{}, fmt.Errorf("%s: owner is incomplete: %w", what, driver.ErrNotOwned)
@@ -200,11 +206,18 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	if err := d.VerifyArtifact(ctx, *spec.Artifact); err != nil {
 		return substrate.Handle{}, fmt.Errorf("%s: baseline: %w", what, err)
 	}
-	if err := d.createOverlay(ctx, spec.Owner, *spec.Artifact, overlay); err != nil {
-		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+	backing, format := filepath.Join(spec.Artifact.Ref, fileDisk), "qcow2"
+	if spec.Artifact.Kind == KindRootfs {
+		format = "raw"
 	}
 	meta := newOwnerMeta(spec.Owner)
-	meta.Overlay, meta.Baseline = overlay, spec.Artifact.Digest
+	meta.Overlay, meta.Baseline, meta.SnapKey, meta.Cold = overlay, spec.Artifact.Digest, snapKey(d.domainType, spec), cold
+	if snap != nil {
+		backing, format, meta.Snapshot = d.snapBase(spec.Owner)+".qcow2", "qcow2", snap.StreamSHA256
+	}
+	if err := d.createOverlay(ctx, spec.Owner, backing, format, overlay); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+	}
 	ds := domainSpec{Type: d.domainType, Name: name, UUID: newUUID(), Meta: meta, CPUs: spec.CPUs, MemoryMB: spec.MemoryMB,
 		Overlay: overlay, Console: d.consolePath(spec.Owner)}
 	if spec.Kernel != nil {
@@ -228,37 +241,71 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	return nodeHandle(nodePrivate{UUID: formatUUID(dom.UUID), Name: name, Overlay: overlay, Marker: spec.Owner.Marker()}), nil
 }
 
-// createOverlay makes overlay a new qcow2 file backed by the stored baseline (qemu-img never
-// writes to the backing file). A leftover overlay of an interrupted create (no domain refers to
-// it yet: the caller looked) is replaced. The owner record beside it is written first.
-func (d *Driver) createOverlay(ctx context.Context, o substrate.Owner, base substrate.ArtifactIdentity, overlay string) error {
+// createOverlay makes overlay a new qcow2 file backed by backing (the stored baseline or the
+// node's snapshot disk; qemu-img never writes to the backing file). A leftover overlay of an
+// interrupted create (no domain refers to it yet: the caller looked) is replaced, and so is its
+// start record (the generation never ran). The owner record beside it is written first.
+func (d *Driver) createOverlay(ctx context.Context, o substrate.Owner, backing, format, overlay string) error {
 	dir := filepath.Dir(overlay)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	d.dirs.Lock() // not removed as empty between its creation and the owner record
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = os.Chmod(dir, 0o755) // QEMU (libvirt-qemu) must traverse it
+	}
+	if err != nil {
+		d.dirs.Unlock()
 		return fmt.Errorf("overlay dir: %w", err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil { // QEMU (libvirt-qemu) must traverse it
-		return fmt.Errorf("overlay dir: %w", err)
-	}
-	if err := durable.WriteFile(ownerRecord(overlay), []byte(o.Marker()+"\n"), 0o644); err != nil {
+	err = durable.WriteFile(ownerRecord(overlay), []byte(o.Marker()+"\n"), 0o644)
+	d.dirs.Unlock()
+	if err != nil {
 		return fmt.Errorf("overlay owner record: %w", err)
 	}
-	if err := os.Remove(overlay); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove leftover overlay %s: %w", overlay, err)
+	for _, p := range []string{overlay, startRecord(overlay)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove leftover %s: %w", p, err)
+		}
 	}
-	format := "qcow2"
-	if base.Kind == KindRootfs {
-		format = "raw"
-	}
-	_, err := d.run.Run(ctx, argv.Cmd{Argv: []string{d.qemuImg, "create", "-q", "-f", "qcow2", "-F", format,
-		"-b", filepath.Join(base.Ref, fileDisk), overlay}, Timeout: time.Minute})
+	_, err = d.run.Run(ctx, argv.Cmd{Argv: []string{d.qemuImg, "create", "-q", "-f", "qcow2", "-F", format,
+		"-b", backing, overlay}, Timeout: time.Minute})
 	if err != nil {
-		return fmt.Errorf("overlay %s on %s: %w", overlay, base.Ref, err)
+		return fmt.Errorf("overlay %s on %s: %w", overlay, backing, err)
 	}
 	return durable.SyncDir(dir)
 }
 
+// removeDirIfEmpty removes a topology's overlay directory once nothing is left in it but the
+// temporary files of durable writes a killed process left (never data: their renames did not
+// happen).
+func (d *Driver) removeDirIfEmpty(topology string) error {
+	d.dirs.Lock()
+	defer d.dirs.Unlock()
+	dir := d.overlayDir(topology)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), ".tmp-") {
+			return nil
+		}
+	}
+	for _, e := range ents {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove leftover temporary file: %w", err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove empty overlay directory: %w", err)
+	}
+	return nil
+}
+
 func (d *Driver) removeOverlay(overlay string) error {
-	for _, p := range []string{overlay, strings.TrimSuffix(overlay, ".qcow2") + ".console.log", ownerRecord(overlay)} {
+	for _, p := range []string{overlay, strings.TrimSuffix(overlay, ".qcow2") + ".console.log", startRecord(overlay), ownerRecord(overlay)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", p, err)
 		}
@@ -277,17 +324,79 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 	return d.ensureRunning(ctx, what, c, dom)
 }
 
+// ensureRunning starts a stopped domain and waits for its agent. A generation's first start
+// restores the node's snapshot when its overlay was built on one (falling back to a cold boot),
+// and a first cold start on the baseline takes that snapshot once the agent answers. The start
+// record says which path ran.
 func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom golibvirt.Domain) error {
 	up, _, err := running(c, dom)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if !up {
+	if up {
+		return d.ready(ctx, what, c, dom)
+	}
+	x, err := domainXML(c, dom)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	m, _ := findMeta(x)
+	o, owned := m.owner()
+	first := false
+	if owned && m.Overlay != "" {
+		_, started, err := durable.ReadFileIfExists(startRecord(m.Overlay))
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		first = !started
+	}
+	if first {
+		// Recorded before the start: a crash after a restore must not make a later start restore
+		// the snapshot's memory again onto a disk the guest has written since.
+		if err := durable.WriteFile(startRecord(m.Overlay), []byte("starting\n"), 0o644); err != nil {
+			return fmt.Errorf("%s: start record: %w", what, err)
+		}
+	}
+	how := "cold"
+	switch {
+	case first && m.Snapshot != "":
+		if rerr := d.restoreSnapshot(c, x, o, m); rerr != nil {
+			how = "cold: snapshot restore failed: " + rerr.Error()
+		} else {
+			how = "snapshot"
+		}
+	case m.Cold != "":
+		how = "cold: " + m.Cold
+	}
+	if how != "snapshot" {
 		if err := c.DomainCreate(dom); err != nil {
 			return apiErr(fmt.Sprintf("%s: domain %s", what, dom.Name), err)
 		}
 	}
-	return d.ready(ctx, what, c, dom)
+	if err := d.ready(ctx, what, c, dom); err != nil {
+		return err
+	}
+	if !first {
+		return nil
+	}
+	if err := durable.WriteFile(startRecord(m.Overlay), []byte(how+"\n"), 0o644); err != nil {
+		return fmt.Errorf("%s: start record: %w", what, err)
+	}
+	if m.Snapshot != "" || !d.snapshots || d.readyTimeout < 0 {
+		return nil
+	}
+	if err := d.takeSnapshot(ctx, what, c, dom, o, m); err != nil {
+		// The node runs (takeSnapshot brings it back); only the fast path is lost. Say so where
+		// the observation shows it.
+		how += "; no snapshot taken: " + err.Error()
+		if werr := durable.WriteFile(startRecord(m.Overlay), []byte(how+"\n"), 0o644); werr != nil {
+			return fmt.Errorf("%s: start record: %w", what, werr)
+		}
+		if up, _, rerr := running(c, dom); rerr != nil || !up {
+			return fmt.Errorf("%s: snapshot: %w", what, err)
+		}
+	}
+	return nil
 }
 
 // ready waits for the guest agent, bounded by ReadyTimeout.
@@ -352,6 +461,9 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 			obs.Owner = &o
 		}
 		obs.Attributes["overlay"] = m.Overlay
+		if b, ok, _ := durable.ReadFileIfExists(startRecord(m.Overlay)); ok {
+			obs.Attributes["started_from"] = strings.TrimSpace(string(b))
+		}
 	}
 	if _, err := checkOwned("domain "+dom.Name, x, owner); err != nil {
 		obs.Status, obs.Reason = substrate.Drifted, err.Error()
@@ -362,6 +474,9 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		return obs, nil
 	}
 	obs.Status = substrate.Present
+	if from := obs.Attributes["started_from"]; from != "" {
+		obs.Reason = "started from " + from // state keeps the reason: `sysbox state show` says which reset path ran
+	}
 	return obs, nil
 }
 
@@ -453,6 +568,28 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if err := d.removeOverlay(d.overlayPath(owner)); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	// The node's snapshot outlives a generation (a reset deletes the prior one after the next
+	// runs, maybe on that snapshot's disk); it goes with the node's last domain.
+	if c == nil {
+		if c, err = d.conn(ctx); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	doms, err := d.ownedDomains(ctx, c, owner.Topology)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	for _, od := range doms {
+		if od.owner.SameResource(owner) {
+			return nil
+		}
+	}
+	if err := d.removeSnapshot(owner); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := d.removeDirIfEmpty(owner.Topology); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	return nil
 }
 
@@ -531,7 +668,15 @@ func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, prio
 			return substrate.Handle{}, fmt.Errorf("%s: quiesce prior generation's tap %s: %w", what, t, err)
 		}
 	}
-	return d.CreateNode(ctx, spec)
+	snap, err := d.usableSnapshot(spec.Owner, spec)
+	if err != nil || !d.snapshots {
+		cold := "snapshots are off"
+		if d.snapshots {
+			cold = "no usable snapshot: " + err.Error()
+		}
+		return d.createNode(ctx, spec, nil, cold)
+	}
+	return d.createNode(ctx, spec, &snap, "")
 }
 
 // Residue lists the domains, taps and overlays carrying topology's markers.
@@ -589,7 +734,11 @@ func (d *Driver) overlayResidue(topology string) ([]substrate.Object, error) {
 			return nil, fmt.Errorf("overlay owner record %s: %w", p, err)
 		}
 		if o.Topology == topology {
-			out = append(out, substrate.Object{Kind: "overlay", ExternalID: strings.TrimSuffix(p, ".owner") + ".qcow2", Owner: o})
+			kind := "overlay"
+			if strings.HasSuffix(e.Name(), "-snap.owner") {
+				kind = "snapshot"
+			}
+			out = append(out, substrate.Object{Kind: kind, ExternalID: strings.TrimSuffix(p, ".owner") + ".qcow2", Owner: o})
 		}
 	}
 	return out, nil

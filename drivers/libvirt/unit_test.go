@@ -156,6 +156,10 @@ func TestNodeLifecycleOnFakeConnection(t *testing.T) {
 	if res, err := d.Residue(ctx, o.Topology); err != nil || len(res) != 2 {
 		t.Errorf("Residue: %+v, %v; want the domain and the overlay", res, err)
 	}
+	// What a process killed inside a durable write leaves: the directory still goes.
+	if err := os.WriteFile(filepath.Join(d.overlayDir(o.Topology), "."+filepath.Base(ownerRecord(overlay))+".tmp-123"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.DeleteNode(ctx, h, o); err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +175,9 @@ func TestNodeLifecycleOnFakeConnection(t *testing.T) {
 	}
 	if res, err := d.Residue(ctx, o.Topology); err != nil || len(res) != 0 {
 		t.Errorf("Residue after delete: %+v, %v; want none", res, err)
+	}
+	if _, err := os.Stat(d.overlayDir(o.Topology)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("overlay directory after deleting the last node: %v, want gone", err)
 	}
 	if _, err := os.Stat(filepath.Join(base.Ref, fileDisk)); err != nil {
 		t.Errorf("baseline after delete: %v; it must stay", err)

@@ -2,6 +2,7 @@ package libvirt
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -108,53 +110,110 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 	}
 	guestRun(t, d, h1, "ping", "-c", "1", "-W", "5", "198.51.100.20")
 	pingFromNetns(t, peer, "198.51.100.10")
+	if err := d.SetHosts(ctx, h1, o1, []driver.HostEntry{{Address: "198.51.100.20", Names: []string{"peer", "peer.lab"}}}); err != nil {
+		t.Fatalf("SetHosts: %v", err)
+	}
+	if err := d.SetHosts(ctx, h1, o1, []driver.HostEntry{{Address: "198.51.100.20", Names: []string{"peer"}}}); err != nil {
+		t.Fatalf("SetHosts again: %v", err)
+	}
+	if hosts := guestRun(t, d, h1, "cat", "/etc/hosts"); !strings.Contains(hosts, "198.51.100.20\tpeer\n") ||
+		strings.Contains(hosts, "peer.lab") || strings.Count(hosts, linuxnet.HostsMarkerPrefix) != 1 {
+		t.Errorf("guest /etc/hosts after SetHosts twice:\n%s", hosts)
+	}
 	obs, err := d.ObserveNode(ctx, h1, o1)
 	if err != nil || obs.Status != substrate.Present || obs.Attributes["domain_type"] != TypeQEMU {
 		t.Fatalf("ObserveNode: %s (%s) %v, %v; want present, domain type qemu", obs.Status, obs.Reason, obs.Attributes, err)
 	}
-	guestRun(t, d, h1, "touch", "/generation-1-was-here")
+	if got := obs.Attributes["started_from"]; got != "cold" {
+		t.Errorf("generation 1 started_from %q, want cold", got)
+	}
+	if _, err := os.Stat(d.snapBase(o1) + ".json"); err != nil {
+		t.Fatalf("no baseline snapshot after the first start: %v (%s)", err, obs.Attributes["started_from"])
+	}
 
-	// Reset: the next generation takes the same MAC and address.
-	o2 := o1
-	o2.Generation = 2
-	h2, err := d.NewGeneration(ctx, h1, o1, spec(o2))
+	// reset makes the next generation from h, o, checks which path started it (started_from
+	// begins with want), that the file the prior generation wrote is gone and that the same MAC
+	// and address answer both ways, and deletes the prior generation.
+	reset := func(h substrate.Handle, o substrate.Owner, want string) (substrate.Handle, substrate.Owner) {
+		t.Helper()
+		mark := fmt.Sprintf("/generation-%d-was-here", o.Generation)
+		guestRun(t, d, h, "touch", mark)
+		next := o
+		next.Generation++
+		hn, err := d.NewGeneration(ctx, h, o, spec(next))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obs, _ := d.ObserveNode(ctx, h, o); obs.Status != substrate.Present {
+			t.Fatalf("prior generation after NewGeneration: %s (%s); it must run until the new one is up", obs.Status, obs.Reason)
+		}
+		bringUp(hn, next)
+		if err := d.DeleteNode(ctx, h, o); err != nil {
+			t.Fatalf("DeleteNode(prior generation %d): %v", o.Generation, err)
+		}
+		obs, err := d.ObserveNode(ctx, hn, next)
+		if err != nil || obs.Status != substrate.Present {
+			t.Fatalf("generation %d: %s (%s), %v", next.Generation, obs.Status, obs.Reason, err)
+		}
+		if got := obs.Attributes["started_from"]; !strings.HasPrefix(got, want) {
+			t.Errorf("generation %d started_from %q, want %q...", next.Generation, got, want)
+		}
+		pingFromNetns(t, peer, "198.51.100.10")
+		guestRun(t, d, hn, "ping", "-c", "1", "-W", "5", "198.51.100.20")
+		if links := guestRun(t, d, hn, "ip", "-o", "link"); !strings.Contains(links, att.MAC) {
+			t.Errorf("generation %d: no guest link with MAC %s:\n%s", next.Generation, att.MAC, links)
+		}
+		if res, err := d.Exec(ctx, hn, substrate.ExecRequest{Argv: []string{"test", "-e", mark}}); err != nil || res.ExitCode == 0 {
+			t.Errorf("generation %d sees the prior generation's file %s (exit %d, %v): its state was not reset", next.Generation, mark, res.ExitCode, err)
+		}
+		if p1, p2 := d.overlayPath(o), d.overlayPath(next); p1 == p2 {
+			t.Errorf("both generations use overlay %s", p1)
+		} else if _, err := os.Stat(p1); !os.IsNotExist(err) {
+			t.Errorf("prior generation's overlay %s after its deletion: %v, want gone", p1, err)
+		}
+		res, err := d.Residue(ctx, topo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range res {
+			if x.Owner.Generation != next.Generation && x.Kind != "snapshot" {
+				t.Errorf("residue of the prior generation after its deletion: %s %s", x.Kind, x.ExternalID)
+			}
+		}
+		return hn, next
+	}
+	// The fast path: the new generation is restored from the snapshot taken at the first start.
+	h2, o2 := reset(h1, o1, "snapshot")
+	// A corrupted save image: the reset notices at the restore and boots cold.
+	f, err := os.OpenFile(d.snapBase(o1)+".save", os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if obs, _ := d.ObserveNode(ctx, h1, o1); obs.Status != substrate.Present {
-		t.Fatalf("prior generation after NewGeneration: %s (%s); it must run until the new one is up", obs.Status, obs.Reason)
+	fi, _ := f.Stat()
+	if _, err := f.WriteAt([]byte("corrupted"), fi.Size()/2); err != nil {
+		t.Fatal(err)
 	}
-	bringUp(h2, o2)
-	if err := d.DeleteNode(ctx, h1, o1); err != nil {
-		t.Fatalf("DeleteNode(prior generation): %v", err)
+	f.Close()
+	h3, o3 := reset(h2, o2, "cold: snapshot restore failed")
+	// No snapshot at all: cold on the baseline, and that first start takes a new snapshot.
+	if err := os.Remove(d.snapBase(o1) + ".json"); err != nil {
+		t.Fatal(err)
 	}
-	pingFromNetns(t, peer, "198.51.100.10")
-	guestRun(t, d, h2, "ping", "-c", "1", "-W", "5", "198.51.100.20")
-	if res, err := d.Exec(ctx, h2, substrate.ExecRequest{Argv: []string{"test", "-e", "/generation-1-was-here"}}); err != nil || res.ExitCode == 0 {
-		t.Errorf("the new generation sees the prior generation's file (exit %d, %v): its state was not reset", res.ExitCode, err)
-	}
-	if p1, p2 := d.overlayPath(o1), d.overlayPath(o2); p1 == p2 {
-		t.Errorf("both generations use overlay %s", p1)
-	} else if _, err := os.Stat(p1); !os.IsNotExist(err) {
-		t.Errorf("prior generation's overlay %s after its deletion: %v, want gone", p1, err)
+	h4, o4 := reset(h3, o3, "cold: no usable snapshot")
+	if _, err := os.Stat(d.snapBase(o1) + ".json"); err != nil {
+		t.Errorf("no new snapshot after a cold start on the baseline: %v", err)
 	}
 	if err := d.VerifyArtifact(ctx, disk); err != nil {
-		t.Errorf("baseline after two generations: %v (it must never be written)", err)
+		t.Errorf("baseline after four generations: %v (it must never be written)", err)
 	}
-	res2, err := d.Residue(ctx, topo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, x := range res2 {
-		if x.Owner.Generation != 2 {
-			t.Errorf("residue of the prior generation after its deletion: %s %s", x.Kind, x.ExternalID)
-		}
-	}
-	if err := d.DeleteNode(ctx, h2, o2); err != nil {
+	if err := d.DeleteNode(ctx, h4, o4); err != nil {
 		t.Fatal(err)
 	}
 	if left, err := d.Residue(ctx, topo); err != nil || len(left) != 0 {
 		t.Errorf("residue after deleting the node: %+v, %v; want none", left, err)
+	}
+	if _, err := os.Stat(d.overlayDir(topo)); !os.IsNotExist(err) {
+		t.Errorf("overlay directory %s after deleting the last node: %v, want gone", d.overlayDir(topo), err)
 	}
 }
 

@@ -1,0 +1,357 @@
+// Command libvirtbench compares the libvirt driver with plain virsh on the same guest image
+// (scripts/guest-image: direct kernel boot, an overlay of disk.qcow2, the sysbox-guest agent),
+// TCG, one round at a time, and prints ours, the peer's and the ratio (ours / peer) for:
+//
+//   - cold boot to agent ready: CreateNode + StartNode vs `virsh define` + `virsh start` + polling
+//     `virsh qemu-agent-command guest-ping`;
+//
+//   - reset, cold path: NewGeneration + StartNode (snapshots off) vs destroy + undefine + a new
+//     overlay + define + start + ping;
+//
+//   - reset, snapshot path: NewGeneration + StartNode restored from the node's snapshot vs
+//     `virsh restore` of a save image + ping (the peer's save is taken outside the timing, ours
+//     at the node's first start, also outside);
+//
+//   - 4 VMs created and started in parallel vs 1 (ours against ours; the peer's the same).
+//
+//     go run ./bench/libvirt -image /tmp/sysbox-test-all/guest-image -rounds 3
+//
+// Needs root, a running libvirtd (qemu:///system), virsh and qemu-img. Everything it creates is
+// removed at the end, also on failure. Never uses domain type kvm.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"zyvor.dev/sysbox/drivers/libvirt"
+	"zyvor.dev/sysbox/pkg/substrate"
+)
+
+func main() {
+	image := flag.String("image", "/tmp/sysbox-test-all/guest-image", "scripts/guest-image output directory")
+	rounds := flag.Int("rounds", 3, "rounds of each (the median is reported)")
+	par := flag.Int("parallel", 4, "VMs for the parallel line")
+	flag.Parse()
+	if err := run(*image, *rounds, *par); err != nil {
+		fmt.Fprintln(os.Stderr, "libvirtbench:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	image, dir, topo string
+	disk, kernel     substrate.ArtifactIdentity
+	cold, snap       *libvirt.Driver
+	peers            []string // virsh domains to remove at the end
+	mu               sync.Mutex
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func run(image string, rounds, par int) error {
+	ctx := context.Background()
+	b := &bench{image: image, topo: "libvirtbench-" + randHex(4)}
+	if err := os.MkdirAll("/var/tmp/sysbox-libvirt-bench", 0o755); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("/var/tmp/sysbox-libvirt-bench", "run-")
+	if err != nil {
+		return err
+	}
+	b.dir = dir
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // QEMU runs as libvirt-qemu
+		return err
+	}
+	if b.cold, err = libvirt.New(libvirt.Options{StateDir: filepath.Join(dir, "cold"), DomainType: libvirt.TypeQEMU, NoSnapshot: true}); err != nil {
+		return err
+	}
+	defer b.cold.Close()
+	if b.snap, err = libvirt.New(libvirt.Options{StateDir: filepath.Join(dir, "snap"), DomainType: libvirt.TypeQEMU}); err != nil {
+		return err
+	}
+	defer b.snap.Close()
+	defer b.cleanup()
+	if b.disk, err = b.cold.ResolveArtifact(ctx, substrate.ArtifactSpec{Kind: libvirt.KindQCOW2, Source: filepath.Join(image, "disk.qcow2")}); err != nil {
+		return err
+	}
+	if b.kernel, err = b.cold.ResolveArtifact(ctx, substrate.ArtifactSpec{Kind: libvirt.KindKernel, Source: image}); err != nil {
+		return err
+	}
+	if _, err := b.snap.ResolveArtifact(ctx, substrate.ArtifactSpec{Kind: libvirt.KindQCOW2, Source: filepath.Join(image, "disk.qcow2")}); err != nil {
+		return err
+	}
+	if _, err := b.snap.ResolveArtifact(ctx, substrate.ArtifactSpec{Kind: libvirt.KindKernel, Source: image}); err != nil {
+		return err
+	}
+	lines := []struct {
+		name       string
+		ours, peer func(ctx context.Context, r int) (time.Duration, error)
+	}{
+		{"cold boot to agent ready", b.oursBoot, b.peerBoot},
+		{"reset, cold path", b.oursResetCold, b.peerResetCold},
+		{"reset, snapshot path", b.oursResetSnap, b.peerRestore},
+		// These two compare n in parallel ("ours") with 1 ("peer") on the same side.
+		{fmt.Sprintf("driver: %d VMs in parallel vs 1", par), b.oursParallel(par), b.oursParallel(1)},
+		{fmt.Sprintf("virsh: %d VMs in parallel vs 1", par), b.peerParallel(par), b.peerParallel(1)},
+	}
+	for _, l := range lines {
+		var os_, ps, rs []float64
+		for r := 0; r < rounds; r++ {
+			o, err := l.ours(ctx, r)
+			if err != nil {
+				return fmt.Errorf("%s: ours: %w", l.name, err)
+			}
+			p, err := l.peer(ctx, r)
+			if err != nil {
+				return fmt.Errorf("%s: peer: %w", l.name, err)
+			}
+			os_, ps, rs = append(os_, o.Seconds()), append(ps, p.Seconds()), append(rs, o.Seconds()/p.Seconds())
+			fmt.Printf("round %d %s: ours %.2fs peer %.2fs ratio %.2f\n", r+1, l.name, o.Seconds(), p.Seconds(), o.Seconds()/p.Seconds())
+		}
+		fmt.Printf("median %s: ours %.2fs peer %.2fs ratio %.2f\n", l.name, median(os_), median(ps), median(rs))
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func (b *bench) owner(addr string, gen uint64) substrate.Owner {
+	return substrate.Owner{Topology: b.topo, Address: addr, Type: "sysbox_node", Generation: gen}
+}
+
+func (b *bench) spec(o substrate.Owner) substrate.NodeSpec {
+	disk, kernel := b.disk, b.kernel
+	return substrate.NodeSpec{Owner: o, Driver: libvirt.Name, Artifact: &disk, Kernel: &kernel, MemoryMB: 256,
+		Command: []string{"console=ttyS0", "panic=-1", "quiet"}}
+}
+
+// up creates and starts o's node on d, returning the handle.
+func (b *bench) up(ctx context.Context, d *libvirt.Driver, o substrate.Owner) (substrate.Handle, error) {
+	h, err := d.CreateNode(ctx, b.spec(o))
+	if err != nil {
+		return h, err
+	}
+	return h, d.StartNode(ctx, h, b.spec(o))
+}
+
+func (b *bench) oursBoot(ctx context.Context, r int) (time.Duration, error) {
+	o := b.owner(fmt.Sprintf("sysbox_node.boot%d", r), 1)
+	t0 := time.Now()
+	h, err := b.up(ctx, b.cold, o)
+	el := time.Since(t0)
+	if derr := b.cold.DeleteNode(ctx, h, o); err == nil {
+		err = derr
+	}
+	return el, err
+}
+
+// reset times NewGeneration + StartNode of the node's next generation on d (after one
+// untimed generation), then deletes both.
+func (b *bench) reset(ctx context.Context, d *libvirt.Driver, addr, want string) (time.Duration, error) {
+	o1 := b.owner(addr, 1)
+	h1, err := b.up(ctx, d, o1)
+	if err != nil {
+		return 0, err
+	}
+	o2 := b.owner(addr, 2)
+	t0 := time.Now()
+	h2, err := d.NewGeneration(ctx, h1, o1, b.spec(o2))
+	if err == nil {
+		err = d.StartNode(ctx, h2, b.spec(o2))
+	}
+	el := time.Since(t0)
+	err = errors.Join(err, d.DeleteNode(ctx, h1, o1))
+	if obs, oerr := d.ObserveNode(ctx, h2, o2); oerr == nil && !strings.HasPrefix(obs.Attributes["started_from"], want) {
+		err = errors.Join(err, fmt.Errorf("generation 2 started_from %q, want %s", obs.Attributes["started_from"], want))
+	}
+	return el, errors.Join(err, d.DeleteNode(ctx, h2, o2))
+}
+
+func (b *bench) oursResetCold(ctx context.Context, r int) (time.Duration, error) {
+	return b.reset(ctx, b.cold, fmt.Sprintf("sysbox_node.cold%d", r), "cold")
+}
+
+func (b *bench) oursResetSnap(ctx context.Context, r int) (time.Duration, error) {
+	return b.reset(ctx, b.snap, fmt.Sprintf("sysbox_node.snap%d", r), "snapshot")
+}
+
+// parallel times n calls of one (each bringing a VM up and down) run at once.
+func parallel(n int, one func(i int) error) (time.Duration, error) {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = one(i)
+		}(i)
+	}
+	wg.Wait()
+	return time.Since(t0), errors.Join(errs...)
+}
+
+func (b *bench) oursParallel(n int) func(ctx context.Context, r int) (time.Duration, error) {
+	return func(ctx context.Context, r int) (time.Duration, error) {
+		return parallel(n, func(i int) error {
+			o := b.owner(fmt.Sprintf("sysbox_node.par%d_%d_%d", n, r, i), 1)
+			h, err := b.up(ctx, b.cold, o)
+			return errors.Join(err, b.cold.DeleteNode(ctx, h, o))
+		})
+	}
+}
+
+// --- the peer: virsh on a hand-written domain of the same shape ---
+
+func virsh(args ...string) error {
+	out, err := exec.Command("virsh", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("virsh %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// peerDomain writes an overlay and defines domain name on it.
+func (b *bench) peerDomain(name string) error {
+	ov := filepath.Join(b.dir, name+".qcow2")
+	_ = os.Remove(ov)
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", filepath.Join(b.image, "disk.qcow2"), ov).CombinedOutput(); err != nil {
+		return fmt.Errorf("qemu-img: %v: %s", err, out)
+	}
+	x := fmt.Sprintf(`<domain type='qemu'><name>%s</name><memory unit='MiB'>256</memory><vcpu>1</vcpu>
+<os><type arch='x86_64' machine='pc'>hvm</type><kernel>%s/vmlinux</kernel><initrd>%s/initrd.img</initrd>
+<cmdline>console=ttyS0 root=/dev/vda rw panic=-1 quiet</cmdline></os><features><acpi/></features>
+<devices><disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='%s'/><target dev='vda' bus='virtio'/></disk>
+<serial type='file'><source path='%s/%s.log'/><target port='0'/></serial>
+<channel type='unix'><source mode='bind'/><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+<memballoon model='none'/></devices></domain>`, name, b.image, b.image, ov, b.dir, name)
+	p := filepath.Join(b.dir, name+".xml")
+	if err := os.WriteFile(p, []byte(x), 0o644); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.peers = append(b.peers, name)
+	b.mu.Unlock()
+	return virsh("define", p)
+}
+
+func ping(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 180*time.Second)
+	defer cancel()
+	for {
+		if exec.Command("virsh", "qemu-agent-command", name, `{"execute":"guest-ping"}`).Run() == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("domain %s: agent did not answer", name)
+		case <-time.After(250 * time.Millisecond): // the driver polls at the same interval
+		}
+	}
+}
+
+func (b *bench) peerUp(ctx context.Context, name string) error {
+	if err := b.peerDomain(name); err != nil {
+		return err
+	}
+	if err := virsh("start", name); err != nil {
+		return err
+	}
+	return ping(ctx, name)
+}
+
+func peerDown(name string) error {
+	_ = virsh("destroy", name)
+	return virsh("undefine", name)
+}
+
+func (b *bench) peerBoot(ctx context.Context, r int) (time.Duration, error) {
+	name := fmt.Sprintf("%s-boot%d", b.topo, r)
+	t0 := time.Now()
+	err := b.peerUp(ctx, name)
+	el := time.Since(t0)
+	return el, errors.Join(err, peerDown(name))
+}
+
+func (b *bench) peerResetCold(ctx context.Context, r int) (time.Duration, error) {
+	name := fmt.Sprintf("%s-cold%d", b.topo, r)
+	if err := b.peerUp(ctx, name); err != nil {
+		return 0, errors.Join(err, peerDown(name))
+	}
+	t0 := time.Now()
+	err := peerDown(name)
+	if err == nil {
+		err = b.peerUp(ctx, name)
+	}
+	el := time.Since(t0)
+	return el, errors.Join(err, peerDown(name))
+}
+
+func (b *bench) peerRestore(ctx context.Context, r int) (time.Duration, error) {
+	name := fmt.Sprintf("%s-snap%d", b.topo, r)
+	if err := b.peerUp(ctx, name); err != nil {
+		return 0, errors.Join(err, peerDown(name))
+	}
+	save := filepath.Join(b.dir, name+".save")
+	if err := virsh("save", name, save); err != nil {
+		return 0, errors.Join(err, peerDown(name))
+	}
+	defer os.Remove(save)
+	t0 := time.Now()
+	err := virsh("restore", save)
+	if err == nil {
+		err = ping(ctx, name)
+	}
+	el := time.Since(t0)
+	return el, errors.Join(err, peerDown(name))
+}
+
+func (b *bench) peerParallel(n int) func(ctx context.Context, r int) (time.Duration, error) {
+	return func(ctx context.Context, r int) (time.Duration, error) {
+		return parallel(n, func(i int) error {
+			name := fmt.Sprintf("%s-par%d-%d-%d", b.topo, n, r, i)
+			return errors.Join(b.peerUp(ctx, name), peerDown(name))
+		})
+	}
+}
+
+// cleanup removes whatever a failed run left: the peer's domains and our nodes' domains.
+func (b *bench) cleanup() {
+	for _, n := range b.peers {
+		_ = exec.Command("virsh", "destroy", n).Run()
+		_ = exec.Command("virsh", "undefine", n).Run()
+	}
+	ctx := context.Background()
+	for _, d := range []*libvirt.Driver{b.cold, b.snap} {
+		left, _ := d.Residue(ctx, b.topo)
+		for _, o := range left {
+			if o.Kind != "domain" {
+				continue
+			}
+			name := strings.Fields(o.ExternalID)[0]
+			_ = exec.Command("virsh", "destroy", name).Run()
+			_ = exec.Command("virsh", "undefine", name).Run()
+		}
+	}
+}

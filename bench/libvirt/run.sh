@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds the guest image (cached by content) and runs the libvirt benchmark (see main.go) under
+# the shared kernel-test lock. Needs root and a running libvirtd. ROUNDS (default 3).
+set -euo pipefail
+cd "$(dirname "$0")"
+export PATH=/usr/local/go/bin:$PATH:/usr/sbin:/sbin
+img=${IMAGE:-/tmp/sysbox-test-all/guest-image}
+../../scripts/guest-image "$img" >/dev/null
+bin=$(mktemp -d)/libvirt-bench
+go build -o "$bin" .
+flock -o /tmp/sysbox-tier.lock "$bin" -image "$img" -rounds "${ROUNDS:-3}"
