@@ -18,8 +18,12 @@ import (
 //
 // An entry is used only when the resource equals, field by field and byte by byte, the private
 // copy taken when it was encoded. A resource changed in place (against the copy-on-write habit
-// of the executor) is therefore encoded again, never served stale: the cache can only save
-// work, never change a document. It costs a copy of each resource and of its encoding.
+// of the executor) is therefore encoded again, never served stale. The one exception is the
+// dependency list: it is shared with the plan and with other resources and never edited in
+// place (State.Move copies it before rewriting it), so the same list (same backing array and
+// length) counts as equal without comparing its elements; comparing 100-entry lists cost as
+// much as encoding them. It costs a copy of each resource (its dependency list shared) and of
+// its encoding.
 type EncodeCache struct {
 	mu    sync.Mutex
 	m     map[*Resource]*cachedResource
@@ -28,7 +32,7 @@ type EncodeCache struct {
 }
 
 type cachedResource struct {
-	copy  *Resource // deep copy of the resource as encoded
+	copy  *Resource // deep copy of the resource as encoded, sharing its dependency list
 	json  []byte    // appendResource's output for it (times in UTC)
 	round uint64
 }
@@ -82,7 +86,11 @@ func (c *EncodeCache) lookup(r *Resource) []byte {
 
 // store remembers enc as r's encoding (enc is copied).
 func (c *EncodeCache) store(r *Resource, enc []byte) {
-	c.m[r] = &cachedResource{copy: r.Clone(), json: slices.Clone(enc), round: c.round}
+	shallow := *r
+	shallow.Dependencies = nil
+	cp := shallow.Clone()
+	cp.Dependencies = r.Dependencies
+	c.m[r] = &cachedResource{copy: cp, json: slices.Clone(enc), round: c.round}
 }
 
 // appendCached appends r's encoding (times in UTC), from c when c is not nil and holds it.
@@ -108,11 +116,22 @@ func appendCached(b []byte, c *EncodeCache, r *Resource) ([]byte, error) {
 func sameResource(a, b *Resource) bool {
 	return a.Addr.Equal(b.Addr) && a.SchemaVersion == b.SchemaVersion && a.Driver == b.Driver &&
 		a.ExternalID == b.ExternalID && bytes.Equal(a.Attributes, b.Attributes) &&
-		slices.EqualFunc(a.Dependencies, b.Dependencies, func(x, y addrs.Instance) bool { return x.Equal(y) }) &&
+		sameDependencies(a.Dependencies, b.Dependencies) &&
 		slices.EqualFunc(a.Attachments, b.Attachments, sameAttachment) &&
 		a.Observation == b.Observation && a.Owner == b.Owner &&
 		(a.Private == nil) == (b.Private == nil) && (a.Private == nil || sameEnvelope(*a.Private, *b.Private)) &&
 		a.CreatedAt == b.CreatedAt && a.UpdatedAt == b.UpdatedAt
+}
+
+// sameDependencies: the same list (backing array and length), else element by element.
+func sameDependencies(a, b []addrs.Instance) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	return slices.EqualFunc(a, b, func(x, y addrs.Instance) bool { return x.Equal(y) })
 }
 
 func sameAttachment(a, b substrate.AttachmentState) bool {

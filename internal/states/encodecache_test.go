@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,6 +52,12 @@ func TestEncodeCacheMatchesUncached(t *testing.T) {
 		{"attribute byte changed in place", func(st *State) { st.Resources[2].Attributes[2] = 'H' }, 3},
 		{"attachment address changed in place", func(st *State) { st.Resources[3].Attachments[0].IPv4[0] = "198.51.100.99/24" }, 3},
 		{"private data changed in place", func(st *State) { st.Resources[0].Private.Data[2] = 'N' }, 3},
+		{"dependency list replaced", func(st *State) {
+			st.Resources[0].Dependencies = []addrs.Instance{addrs.MustParseInstance("sysbox_network.other")}
+		}, 3},
+		{"dependency list replaced by an equal one", func(st *State) {
+			st.Resources[0].Dependencies = slices.Clone(st.Resources[0].Dependencies)
+		}, 4},
 		{"time zone changed in place", func(st *State) { st.Resources[1].CreatedAt = st.Resources[1].CreatedAt.In(time.FixedZone("X", 60)) }, 3},
 	}
 	for _, s := range steps {
