@@ -38,6 +38,7 @@ docker import "$work/lab/rootfs.tar" "$tag" >/dev/null
 
 cat >"$work/lab/main.sysbox.hcl" <<HCL
 substrate "local" {
+  driver "netns" {}  # the networks are host bridges (the netns driver's); containers attach to them
   driver "docker" {}
   backend "local" { path = ".sysbox/state" }
 }
