@@ -53,14 +53,18 @@ func main() {
 	bpftool := flag.String("bpftool", "bpftool", "bpftool binary")
 	jsonOut := flag.Bool("json", false, "print the result as JSON")
 	parallel := flag.Int("parallel", 0, "threads for snapshot/restore (0: the store's default)")
+	fluxvm := flag.String("fluxvm", "", "time whole `run`s of this fluxvm-upgrade binary instead (see run.go)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := run(ctx, *entries, *runs, *root, *dir, *bpftool, *parallel)
+	res, err := run(ctx, *entries, *runs, *root, *dir, *bpftool, *parallel, *fluxvm)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bpfmap-bench:", err)
 		os.Exit(1)
+	}
+	if res == nil { // -fluxvm printed its lines
+		return
 	}
 	if *jsonOut {
 		json.NewEncoder(os.Stdout).Encode(res)
@@ -80,7 +84,7 @@ func main() {
 
 const keySize, valueSize = 8, 16
 
-func run(ctx context.Context, n, runs int, root, dir, bpftool string, parallel int) (*result, error) {
+func run(ctx context.Context, n, runs int, root, dir, bpftool string, parallel int, fluxvm string) (*result, error) {
 	if ok, err := bpfmap.IsBPFFS(root); err != nil || !ok {
 		return nil, fmt.Errorf("%s is not a mounted bpffs (mount -t bpf bpf %s): %v", root, root, err)
 	}
@@ -120,6 +124,10 @@ func run(ctx context.Context, n, runs int, root, dir, bpftool string, parallel i
 	m, err := b.create(true)
 	if err != nil {
 		return nil, err
+	}
+	if fluxvm != "" {
+		m.Close()
+		return nil, b.timeFluxvmRun(ctx, fluxvm, root, dir)
 	}
 	snapT, err := b.timeSnapshot(ctx, res)
 	if err != nil {

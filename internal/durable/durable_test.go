@@ -62,6 +62,16 @@ func TestWriteFileFuncErrorLeavesOldContent(t *testing.T) {
 	if len(ents) != 1 {
 		t.Fatalf("temp files left behind: %v", ents)
 	}
+	// The buffers are pooled: what the failed write left buffered must not reach the next one.
+	for i := range 4 {
+		want := fmt.Sprintf("new %d", i)
+		if err := WriteFileFunc(p, 0o600, func(w io.Writer) error { _, err := io.WriteString(w, want); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(p); string(got) != want {
+			t.Fatalf("after a failed write: got %q, want %q", got, want)
+		}
+	}
 }
 
 func TestRecordRoundTripAndRejections(t *testing.T) {

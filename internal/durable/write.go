@@ -7,19 +7,28 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 )
 
 // WriteFile atomically replaces path with data.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
-	return WriteFileFunc(path, perm, func(w io.Writer) error {
+	return writeFile(path, perm, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
-	})
+	}, false)
 }
 
 // WriteFileFunc atomically replaces path with what fn writes. The writer is buffered; fn must not
 // retain it. On any error the temporary file is removed and path is untouched.
-func WriteFileFunc(path string, perm fs.FileMode, fn func(io.Writer) error) (err error) {
+func WriteFileFunc(path string, perm fs.FileMode, fn func(io.Writer) error) error {
+	return writeFile(path, perm, fn, true)
+}
+
+// buffers holds the writers of WriteFileFunc: a fresh 1 MiB buffer per write was 7 % of the CPU
+// of a 1,000-node apply, most of it clearing memory for sidecars of a few hundred bytes.
+var buffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 1<<20) }}
+
+func writeFile(path string, perm fs.FileMode, fn func(io.Writer) error, buffered bool) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -32,11 +41,18 @@ func WriteFileFunc(path string, perm fs.FileMode, fn func(io.Writer) error) (err
 			os.Remove(tmpName)
 		}
 	}()
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err = fn(bw); err != nil {
-		return fmt.Errorf("durable write %s: %w", path, err)
+	if !buffered { // one Write of the whole content
+		err = fn(tmp)
+	} else {
+		bw := buffers.Get().(*bufio.Writer)
+		bw.Reset(tmp)
+		if err = fn(bw); err == nil {
+			err = bw.Flush()
+		}
+		bw.Reset(nil) // keep no reference to the file in the pool
+		buffers.Put(bw)
 	}
-	if err = bw.Flush(); err != nil {
+	if err != nil {
 		return fmt.Errorf("durable write %s: %w", path, err)
 	}
 	if err = tmp.Chmod(perm); err != nil {

@@ -47,6 +47,9 @@ type saver struct {
 	// the next one (so that saving a large state takes at most about half the time and the
 	// batches grow), unless a synchronous commit is waiting.
 	pause chan struct{}
+	// enc keeps the encoding of unchanged resources from one save to the next, so a save
+	// encodes only what changed since the last (the document is still written whole).
+	enc *states.EncodeCache
 }
 
 type pendingSave struct {
@@ -55,7 +58,8 @@ type pendingSave struct {
 }
 
 func newSaver(store StateStore, st *states.State, now func() time.Time, after func(point string)) *saver {
-	return &saver{store: store, st: st, stored: st.Serial, now: now, after: after, pause: make(chan struct{}, 1)}
+	return &saver{store: store, st: st, stored: st.Serial, now: now, after: after, pause: make(chan struct{}, 1),
+		enc: states.NewEncodeCache()}
 }
 
 // view runs fn with the working state under the lock (fn must not keep references).
@@ -102,7 +106,7 @@ func (s *saver) commitWith(ctx context.Context, change func(st *states.State), f
 	if !s.saving {
 		s.saving = true
 		// Progress already made is saved even when the run is being cancelled.
-		go s.loop(context.WithoutCancel(ctx))
+		go s.loop(states.WithEncodeCache(context.WithoutCancel(ctx), s.enc))
 	}
 	s.mu.Unlock()
 }

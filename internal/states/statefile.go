@@ -2,6 +2,7 @@ package states
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -36,17 +37,27 @@ type header struct {
 // Encode renders st in the current format. The output is deterministic: resources in canonical
 // address order, one per line; outputs sorted by name; timestamps in UTC; a SHA-256 over
 // lineage, serial, resources and outputs, written last so that the document streams.
-func Encode(st *State) ([]byte, error) {
+func Encode(st *State) ([]byte, error) { return EncodeContext(context.Background(), st) }
+
+// EncodeContext is Encode using the EncodeCache ctx carries, if any.
+func EncodeContext(ctx context.Context, st *State) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Grow(512 + len(st.Resources)*1024)
-	if err := EncodeTo(&buf, st); err != nil {
+	if err := encodeTo(&buf, st, encodeCacheFrom(ctx)); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
 // EncodeTo streams Encode's output to w.
-func EncodeTo(w io.Writer, st *State) error {
+func EncodeTo(w io.Writer, st *State) error { return encodeTo(w, st, nil) }
+
+// EncodeToContext is EncodeTo using the EncodeCache ctx carries, if any.
+func EncodeToContext(ctx context.Context, w io.Writer, st *State) error {
+	return encodeTo(w, st, encodeCacheFrom(ctx))
+}
+
+func encodeTo(w io.Writer, st *State, cache *EncodeCache) error {
 	if st.Lineage == "" {
 		return errors.New("encode state: no lineage")
 	}
@@ -82,6 +93,11 @@ func EncodeTo(w io.Writer, st *State) error {
 		chunk = chunk[:0]
 	}
 	chunk = append(chunk, '[')
+	ok := false
+	if cache != nil {
+		cache.begin()
+		defer func() { cache.end(ok) }()
+	}
 	for i, r := range rs {
 		if i > 0 {
 			if r.Addr.Equal(rs[i-1].Addr) {
@@ -90,9 +106,7 @@ func EncodeTo(w io.Writer, st *State) error {
 			chunk = append(chunk, ',')
 		}
 		chunk = append(chunk, "\n    "...)
-		c := *r
-		c.CreatedAt, c.UpdatedAt, c.Observation.At = c.CreatedAt.UTC(), c.UpdatedAt.UTC(), c.Observation.At.UTC()
-		if chunk, err = appendResource(chunk, &c); err != nil {
+		if chunk, err = appendCached(chunk, cache, r); err != nil {
 			return fmt.Errorf("encode state: resource %s: %w", r.Addr, err)
 		}
 		if len(chunk) >= 192<<10 {
@@ -112,6 +126,7 @@ func EncodeTo(w io.Writer, st *State) error {
 	if bw.err != nil {
 		return fmt.Errorf("encode state: %w", bw.err)
 	}
+	ok = true
 	return nil
 }
 

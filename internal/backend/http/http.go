@@ -118,7 +118,7 @@ func (b *Backend) Read(ctx context.Context) (*states.State, error) {
 // Save implements backend.Writer WITHOUT compare-and-swap: expectSerial cannot be checked and
 // is ignored. The Manager only calls this with --allow-unsafe-state.
 func (b *Backend) Save(ctx context.Context, st *states.State, expectSerial uint64) error {
-	data, err := states.Encode(st)
+	data, err := states.EncodeContext(ctx, st)
 	if err != nil {
 		return fmt.Errorf("http backend %s: %w", b.location, err)
 	}

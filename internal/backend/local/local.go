@@ -167,7 +167,7 @@ func (b *Backend) Save(ctx context.Context, st *states.State, expectSerial uint6
 		return &backend.LineageError{Backend: "local", Stored: h.Lineage, Offered: st.Lineage}
 	}
 	// Stream the document into the temporary file (no second copy of a large state in memory).
-	if err := durable.WriteFileFunc(b.path, 0o600, func(w io.Writer) error { return states.EncodeTo(w, st) }); err != nil {
+	if err := durable.WriteFileFunc(b.path, 0o600, func(w io.Writer) error { return states.EncodeToContext(ctx, w, st) }); err != nil {
 		return fmt.Errorf("local backend: %w", err)
 	}
 	return nil

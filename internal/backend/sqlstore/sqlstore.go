@@ -149,7 +149,7 @@ func (s *Store) Save(ctx context.Context, st *states.State, expectSerial uint64)
 	if st.Serial <= expectSerial {
 		return s.wrap("save", fmt.Errorf("new serial %d must exceed expected serial %d", st.Serial, expectSerial))
 	}
-	data, err := states.Encode(st)
+	data, err := states.EncodeContext(ctx, st)
 	if err != nil {
 		return s.wrap("save", err)
 	}

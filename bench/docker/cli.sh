@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Side-by-side, end to end: `sysbox apply` / `sysbox destroy` of N docker containers on NETS
+# networks (each container attached to one; planning, checkpoints, state saves and the residue
+# audit included) against the docker CLI doing the container part alone: a PAR-way parallel
+# `docker run -d --init --network none` loop of the same image, and one `docker rm -f` of all of
+# them. dockerd is the floor (issue 16 targets: apply <= 1.0x the parallel loop while also wiring
+# the networks, destroy <= 1.0x the single rm -f). ROUNDS rounds; each prints one line per phase:
+# ours (wall, CPU = user+system of the sysbox process, peak RSS), the peer's wall time, the ratio.
+# Needs root, dockerd, the docker CLI and /bin/busybox (busybox-static).
+#   N=100 NETS=5 PAR=8 ROUNDS=1 bench/docker/cli.sh
+# SYSBOX_BIN=PATH measures that binary instead of building this tree's.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+export PATH=/usr/local/go/bin:$PATH:/usr/sbin:/sbin
+n=${N:-100}
+nets=${NETS:-5}
+par=${PAR:-8}
+rounds=${ROUNDS:-1}
+docker version >/dev/null 2>&1 || { echo "dockerd is not running" >&2; exit 1; }
+command -v bc >/dev/null || { echo "cli.sh: needs bc" >&2; exit 1; }
+work=$(mktemp -d)
+tag=sysbox-bench-$$:latest
+cleanup() {
+  (cd "$work/lab" && "$work/sysbox" destroy -auto-approve >/dev/null 2>&1) || true
+  [ -s "$work/ids" ] && xargs -r docker rm -f <"$work/ids" >/dev/null 2>&1 || true
+  docker rmi -f "$tag" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+if [ -n "${SYSBOX_BIN:-}" ]; then cp "$SYSBOX_BIN" "$work/sysbox"; else (cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox); fi
+
+# The image: a busybox rootfs, as examples/vm-lab/prepare.sh builds it.
+mkdir -p "$work/rootfs/bin" "$work/lab"
+cp /bin/busybox "$work/rootfs/bin/busybox"
+for a in sh sleep; do ln -s busybox "$work/rootfs/bin/$a"; done
+tar -C "$work/rootfs" -cf "$work/lab/rootfs.tar" .
+docker import "$work/lab/rootfs.tar" "$tag" >/dev/null
+
+cat >"$work/lab/main.sysbox.hcl" <<HCL
+substrate "local" {
+  driver "netns" {}  # the networks are host bridges (the netns driver's); containers attach to them
+  driver "docker" {}
+  backend "local" { path = ".sysbox/state" }
+}
+resource "sysbox_artifact" "busybox" {
+  kind   = "rootfs"
+  source = "rootfs.tar"
+}
+resource "sysbox_network" "lan" {
+  count     = $nets
+  ipv4_cidr = cidrsubnet("198.18.0.0/15", 9, count.index)
+}
+resource "sysbox_node" "c" {
+  count    = $n
+  driver   = "docker"
+  artifact = sysbox_artifact.busybox
+  command  = ["sleep", "3600"]
+  attachment "lan" {
+    network = sysbox_network.lan[count.index % $nets]
+    ipv4    = ["\${cidrhost(cidrsubnet("198.18.0.0/15", 9, count.index % $nets), 2 + floor(count.index / $nets))}/24"]
+  }
+}
+HCL
+
+# timed CMD...: runs CMD under GNU time; prints "wall cpu rss_mb".
+timed() {
+  local t; t=$(mktemp)
+  /usr/bin/time -f "%e %U %S %M" -o "$t" "$@" >/dev/null
+  awk '{printf "%.2f %.2f %.0f\n", $1, $2 + $3, $4 / 1024}' "$t"; rm -f "$t"
+}
+now() { date +%s.%N; }
+cd "$work/lab"
+for r in $(seq 1 "$rounds"); do
+  read -r aw ac am < <(timed "$work/sysbox" apply -auto-approve)
+  read -r dw dc dm < <(timed "$work/sysbox" destroy -auto-approve)
+  t0=$(now)
+  seq 1 "$n" | xargs -P "$par" -I{} docker run -d --init --network none "$tag" sleep 3600 >"$work/ids"
+  t1=$(now)
+  xargs docker rm -f <"$work/ids" >/dev/null
+  t2=$(now)
+  : >"$work/ids"
+  pa=$(echo "$t1 - $t0" | bc) pd=$(echo "$t2 - $t1" | bc)
+  echo "round $r containers=$n networks=$nets apply: sysbox ${aw}s (cpu ${ac}s, rss ${am}MB) docker-run-x$par $(printf %.2f "$pa")s ratio $(echo "scale=3; $aw / $pa" | bc)"
+  echo "round $r containers=$n networks=$nets destroy: sysbox ${dw}s (cpu ${dc}s, rss ${dm}MB) docker-rm-f-all $(printf %.2f "$pd")s ratio $(echo "scale=3; $dw / $pd" | bc)"
+done
