@@ -26,15 +26,22 @@ import (
 // Job is one claimed run handed to a Runner.
 type Job struct {
 	Lease    *client.Lease
-	Plan     []byte    // the stored plan file
-	Bundle   []byte    // the revision (topology bundle) the plan was made from
-	Progress io.Writer // each line becomes a "progress" event of the run
+	Plan     []byte    // the stored plan file (none for a command run)
+	Bundle   []byte    // the revision (topology bundle) the run works on
+	Progress io.Writer // each line becomes a "progress" event of the run (the command's stdout)
+	Errors   io.Writer // each line becomes a "stderr" event (the command's stderr)
+	// Project stores projections under the lease while the run goes on; PlanOutput stores
+	// the plan file a plan run made. A fenced refusal of either cancels the run.
+	Project    func(ps ...client.Projection) error
+	PlanOutput func(plan []byte) error
 }
 
-// Outcome is what a runner reports: a one-line result and the workspace's resources as they
-// stand afterwards (sent as the workspace's projections, also after a failure).
+// Outcome is what a runner reports: a one-line result, the command's exit code, and the
+// workspace's resources as they stand afterwards (sent as the workspace's projections, also
+// after a failure).
 type Outcome struct {
 	Result      string
+	ExitCode    int
 	Projections []client.Projection
 }
 
@@ -104,8 +111,11 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	defer wg.Wait()
 	defer cancel(nil)
 
-	plan, err := a.Client.Plan(runCtx, l)
-	var bundle []byte
+	var plan, bundle []byte
+	var err error
+	if l.Run.Plan != "" { // a command run has only a revision
+		plan, err = a.Client.Plan(runCtx, l)
+	}
 	if err == nil {
 		bundle, err = a.Client.Revision(runCtx, l)
 	}
@@ -113,9 +123,24 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 		a.finish(ctx, l, log, Outcome{}, fmt.Errorf("fetch run %s: %w", l.Run.ID, err), runCtx)
 		return
 	}
-	pw := &progress{ctx: runCtx, a: a.Client, l: l, cancel: cancel}
-	out, err := a.Run(runCtx, Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw})
+	var mu sync.Mutex // one event batch at a time, so stdout and stderr lines keep their order
+	pw := &progress{ctx: runCtx, a: a.Client, l: l, cancel: cancel, kind: "progress", post: &mu}
+	ew := &progress{ctx: runCtx, a: a.Client, l: l, cancel: cancel, kind: "stderr", post: &mu}
+	fenced := func(err error) error {
+		if errors.Is(err, client.ErrFenced) {
+			cancel(fmt.Errorf("lease lost: %w", err))
+		}
+		return err
+	}
+	job := Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw, Errors: ew,
+		Project: func(ps ...client.Projection) error { return fenced(a.Client.Projections(runCtx, l, ps...)) },
+		PlanOutput: func(b []byte) error {
+			_, err := a.Client.PlanOutput(runCtx, l, b)
+			return fenced(err)
+		}}
+	out, err := a.Run(runCtx, job)
 	pw.flush()
+	ew.flush()
 	a.finish(ctx, l, log, out, err, runCtx)
 }
 
@@ -140,30 +165,34 @@ func (a *Agent) finish(ctx context.Context, l *client.Lease, log *slog.Logger, o
 			log.Warn("projections refused", "err", perr)
 		}
 	}
-	status, result := "succeeded", out.Result
+	status, result, code := "succeeded", out.Result, out.ExitCode
 	if err != nil {
 		status, result = "failed", err.Error()
+		if code == 0 {
+			code = 1
+		}
 	}
-	if cerr := a.Client.Complete(ctx, l, status, result); cerr != nil {
+	if cerr := a.Client.Complete(ctx, l, status, result, code); cerr != nil {
 		log.Warn("complete refused", "err", cerr)
 		return
 	}
 	log.Info("run finished", "status", status)
 }
 
-// progress turns written lines into events; a fenced refusal cancels the run.
+// progress turns written lines into events of its kind; a fenced refusal cancels the run.
 type progress struct {
 	ctx    context.Context
 	a      *client.Agent
 	l      *client.Lease
 	cancel context.CancelCauseFunc
-	mu     sync.Mutex
+	kind   string
+	post   *sync.Mutex // shared by a run's writers
 	buf    bytes.Buffer
 }
 
 func (p *progress) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.post.Lock()
+	defer p.post.Unlock()
 	p.buf.Write(b)
 	var evs []client.Event
 	for {
@@ -171,7 +200,7 @@ func (p *progress) Write(b []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		evs = append(evs, client.Event{Kind: "progress", Data: string(p.buf.Next(i + 1)[:i])})
+		evs = append(evs, client.Event{Kind: p.kind, Data: string(p.buf.Next(i + 1)[:i])})
 	}
 	if len(evs) > 0 {
 		if _, err := p.a.Events(p.ctx, p.l, evs...); err != nil {
@@ -185,11 +214,11 @@ func (p *progress) Write(b []byte) (int, error) {
 }
 
 func (p *progress) flush() {
-	p.mu.Lock()
+	p.post.Lock()
+	defer p.post.Unlock()
 	rest := p.buf.String()
 	p.buf.Reset()
-	p.mu.Unlock()
 	if rest != "" {
-		p.a.Events(p.ctx, p.l, client.Event{Kind: "progress", Data: rest})
+		p.a.Events(p.ctx, p.l, client.Event{Kind: p.kind, Data: rest})
 	}
 }

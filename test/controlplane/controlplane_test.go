@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 
 	"zyvor.dev/sysbox/internal/agent"
 	"zyvor.dev/sysbox/internal/controlplane/store"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -414,4 +417,179 @@ func TestKilledAgentResumesFromCheckpoint(t *testing.T) {
 	if err != nil || !bytes.Contains(state, []byte("sysbox_node.web[1]")) || !bytes.Contains(state, []byte("sysbox_firewall.web")) {
 		t.Fatalf("agent workspace state after resume: %v\n%s", err, state)
 	}
+}
+
+// cli runs sysbox to its end in dir and returns its stdout, stderr and exit code.
+func cli(t *testing.T, dir string, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	c := exec.Command(binary, args...)
+	c.Dir = dir
+	c.Env = append(append(os.Environ(), "WEB_TOKEN="+secret), env...)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("sysbox %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// labDir writes the topology into a new directory under the rig's work directory.
+func (r *rig) labDir(name string) string {
+	dir := filepath.Join(r.work, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), []byte(topology), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	return dir
+}
+
+// TestRemoteCommandsMatchLocal: the same topology, once with the local CLI and once with
+// --remote through a server and an agent (real processes), gives the same plan output, the
+// same plan fingerprint, the same exit codes and, applied, the same state; reset and destroy
+// run remotely too, and the projections follow.
+func TestRemoteCommandsMatchLocal(t *testing.T) {
+	r := newRig(t, "6s")
+	r.agent("full", "netns,nftables")
+	local, remote := r.labDir("local"), r.labDir("remote")
+	lenv := []string{"SYSBOX_TEST_FAKE_WORLD=" + filepath.Join(r.work, "world-cli.json")}
+	renv := []string{"SYSBOX_TOKEN=" + r.user.token}
+	rem := func(args ...string) []string { return append(args, "--remote", r.url, "--workspace", "lab-remote") }
+	same := func(what string, largs, rargs []string) (string, int) {
+		t.Helper()
+		lo, le, lc := cli(t, local, lenv, largs...)
+		ro, re, rc := cli(t, remote, renv, rargs...)
+		lo, ro = elapsed.ReplaceAllString(lo, "after T"), elapsed.ReplaceAllString(ro, "after T") // timings are each run's own
+		if lo != ro || le != re || lc != rc {
+			t.Fatalf("%s: local and remote differ:\nlocal (exit %d):\n%s%s\nremote (exit %d):\n%s%s", what, lc, lo, le, rc, ro, re)
+		}
+		return lo, lc
+	}
+
+	out, code := same("plan", []string{"plan", "-out", "lab.plan", "-detailed-exitcode"}, rem("plan", "-out", "lab.plan", "-detailed-exitcode"))
+	if code != 2 || !strings.Contains(out, "Saved the plan to lab.plan") {
+		t.Fatalf("plan: exit %d, want 2 (changes); output:\n%s", code, out)
+	}
+	lp, err := plans.ReadFile(filepath.Join(local, "lab.plan"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := plans.ReadFile(filepath.Join(remote, "lab.plan"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(lp.Fingerprint, rp.Fingerprint) {
+		t.Fatalf("plan fingerprints differ:\nlocal  %+v\nremote %+v", lp.Fingerprint, rp.Fingerprint)
+	}
+
+	// Applied (each its stored plan), both labs hold the same resources with the same
+	// attributes.
+	if _, le, lc := cli(t, local, lenv, "apply", "lab.plan"); lc != 0 {
+		t.Fatalf("local apply: exit %d\n%s", lc, le)
+	}
+	ro, re, rc := cli(t, remote, renv, rem("apply", "lab.plan")...)
+	if rc != 0 || !strings.Contains(ro, "Apply complete.") || !strings.Contains(ro, "sysbox_node.web[1]: Creation complete") {
+		t.Fatalf("remote apply: exit %d, want 0 with the apply's progress lines:\n%s%s", rc, ro, re)
+	}
+	list, _ := same("state list", []string{"state", "list"}, rem("state", "list"))
+	addrs := strings.Fields(list)
+	if len(addrs) != 4 {
+		t.Fatalf("state list: %q, want 4 resources", list)
+	}
+	for _, a := range addrs {
+		lo, _, _ := cli(t, local, lenv, "state", "show", a, "--json")
+		ro, re, rc := cli(t, remote, renv, rem("state", "show", a, "--json")...)
+		if rc != 0 {
+			t.Fatalf("remote state show %s: exit %d\n%s", a, rc, re)
+		}
+		if l, r := attributes(t, lo), attributes(t, ro); !reflect.DeepEqual(l, r) {
+			t.Fatalf("state show %s: attributes differ:\nlocal  %v\nremote %v", a, l, r)
+		}
+	}
+	same("output", []string{"output"}, rem("output"))
+	same("a failing command", []string{"state", "show", "sysbox_node.nope"}, rem("state", "show", "sysbox_node.nope"))
+	if _, _, code := cli(t, remote, renv, rem("apply")...); code != 1 {
+		t.Fatalf("remote apply without -auto-approve or a plan: exit %d, want 1", code)
+	}
+
+	// Reset runs on the agent: the node's generation goes up, in the projections too.
+	ws := r.workspace("lab-remote")
+	gen := func(addr string) int64 {
+		for _, p := range r.projections(ws) {
+			if p.Address == addr {
+				return p.Generation
+			}
+		}
+		t.Fatalf("no projection of %s", addr)
+		return 0
+	}
+	before := gen("sysbox_node.web[0]")
+	same("reset", []string{"reset", "sysbox_node.web[0]"}, rem("reset", "sysbox_node.web[0]"))
+	if after := gen("sysbox_node.web[0]"); after != before+1 {
+		t.Fatalf("after a remote reset sysbox_node.web[0] is at generation %d, want %d", after, before+1)
+	}
+
+	// destroy asks for approval locally; remotely it needs -auto-approve.
+	if _, re, rc := cli(t, remote, renv, rem("destroy", "-auto-approve")...); rc != 0 {
+		t.Fatalf("remote destroy: exit %d\n%s", rc, re)
+	}
+	if out, _, _ := cli(t, remote, renv, rem("state", "list")...); out != "" {
+		t.Fatalf("after the remote destroy the state lists %q", out)
+	}
+	r.noSecrets()
+}
+
+var elapsed = regexp.MustCompile(`after [0-9.]+(ns|µs|ms|s|m[0-9.]+s)\b`)
+
+// attributes is a `state show --json` document without what differs between two states by
+// nature.
+func attributes(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatalf("state show --json: %v\n%s", err, doc)
+	}
+	// Times, the external id and the topology's lineage (a random id per state) are each
+	// host's own; everything else (attributes, status, dependencies, generation) must match.
+	for _, k := range []string{"created_at", "observed_at", "updated_at", "external_id"} {
+		delete(m, k)
+	}
+	if o, ok := m["owner"].(map[string]any); ok {
+		delete(o, "topology")
+	}
+	return m
+}
+
+// workspace returns the id of the project's workspace called name.
+func (r *rig) workspace(name string) string {
+	r.t.Helper()
+	var ws []obj
+	r.user.call("GET", "/v1/projects/"+r.project+"/workspaces", nil, &ws, 200)
+	for _, w := range ws {
+		if w.Name == name {
+			return w.ID
+		}
+	}
+	r.t.Fatalf("no workspace %s", name)
+	return ""
+}
+
+type projection struct {
+	Address     string `json:"address"`
+	Observation string `json:"observation"`
+	ExternalID  string `json:"external_id"`
+	Generation  int64  `json:"generation"`
+	Epoch       int64  `json:"epoch"`
+}
+
+func (r *rig) projections(ws string) []projection {
+	r.t.Helper()
+	var ps []projection
+	r.user.call("GET", "/v1/projects/"+r.project+"/workspaces/"+ws+"/projections", nil, &ps, 200)
+	return ps
 }
