@@ -6,6 +6,8 @@ package controlplane
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -16,11 +18,13 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"zyvor.dev/sysbox/internal/agent"
 	"zyvor.dev/sysbox/internal/controlplane/store"
+	"zyvor.dev/sysbox/internal/controlplane/store/storetest"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/testenv"
 )
@@ -71,6 +75,8 @@ type proc struct {
 	mu   sync.Mutex
 	out  bytes.Buffer
 	line chan string
+	done chan struct{} // closed when the process exited; err is then its Wait error
+	err  error
 }
 
 func (p *proc) output() string {
@@ -86,10 +92,15 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	c.Env = append(append(os.Environ(), "WEB_TOKEN="+secret), env...)
 	r, w := io.Pipe()
 	c.Stdout, c.Stderr = w, w
-	p := &proc{cmd: c, line: make(chan string, 1000)}
+	p := &proc{cmd: c, line: make(chan string, 1000), done: make(chan struct{})}
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
+	go func() {
+		p.err = c.Wait()
+		w.Close()
+		close(p.done)
+	}()
 	go func() {
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
@@ -103,9 +114,8 @@ func start(t *testing.T, env []string, args ...string) *proc {
 		}
 	}()
 	t.Cleanup(func() {
-		c.Process.Kill()
-		c.Wait()
-		w.Close()
+		c.Process.Kill() // a stopped process dies of SIGKILL too
+		<-p.done
 		if t.Failed() {
 			t.Logf("sysbox %v output:\n%s", args, p.output())
 		}
@@ -173,11 +183,13 @@ type obj struct {
 	Result string `json:"result"`
 	Name   string `json:"name"`
 	Seen   string `json:"seen"`
+	Epoch  int64  `json:"epoch"`
 }
 
 // rig is a server process with a project, a user token and a workspace.
 type rig struct {
 	t       *testing.T
+	pg      string // the server's PostgreSQL DSN; empty: SQLite in its data directory
 	srv     *proc
 	work    string
 	url     string
@@ -187,15 +199,28 @@ type rig struct {
 	ws      string
 }
 
-func newRig(t *testing.T, leaseTTL string) *rig {
+func newRig(t *testing.T, leaseTTL string) *rig { return newRigOn(t, "sqlite", leaseTTL) }
+
+// stores are the databases a server runs on in these tests.
+var stores = []string{"sqlite", "postgres"}
+
+// newRigOn starts the server on db: "sqlite" (the embedded default) or "postgres" (a fresh
+// schema of SYSBOX_TEST_PG_DSN's database).
+func newRigOn(t *testing.T, db, leaseTTL string) *rig {
 	work := t.TempDir()
-	srv := start(t, nil, "server", "--data", filepath.Join(work, "server"), "--listen", "127.0.0.1:0", "--lease-ttl", leaseTTL)
+	var env []string
+	pg := ""
+	if db == "postgres" {
+		pg = storetest.PostgresSchema(t, testenv.RequireEnv(t, "SYSBOX_TEST_PG_DSN"))
+		env = append(env, "SYSBOX_SERVER_POSTGRES="+pg)
+	}
+	srv := start(t, env, "server", "--data", filepath.Join(work, "server"), "--listen", "127.0.0.1:0", "--lease-ttl", leaseTTL)
 	url := "http://" + strings.TrimPrefix(srv.waitLine(t, "listening on "), "listening on http://")
 	tok, err := os.ReadFile(filepath.Join(work, "server", "admin.token"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, srv: srv, work: work, url: url, admin: api{t, url, strings.TrimSpace(string(tok))}}
+	r := &rig{t: t, pg: pg, srv: srv, work: work, url: url, admin: api{t, url, strings.TrimSpace(string(tok))}}
 	var project, user, ws obj
 	r.admin.call("POST", "/v1/projects", map[string]string{"name": "range"}, &project, 201)
 	r.admin.call("POST", "/v1/projects/"+project.ID+"/tokens", map[string]string{"kind": "project", "name": "ci"}, &user, 201)
@@ -356,17 +381,22 @@ func (r *rig) noSecrets() {
 	t.Helper()
 	secrets := []string{secret, r.admin.token, r.user.token}
 	var places []string
-	files, _ := filepath.Glob(filepath.Join(r.work, "server", "controlplane.db*"))
-	if len(files) == 0 {
-		t.Fatal("no database file to grep")
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	if r.pg != "" {
+		places = append(places, r.dumpPostgres())
+	} else {
+		files, _ := filepath.Glob(filepath.Join(r.work, "server", "controlplane.db*"))
+		if len(files) == 0 {
+			t.Fatal("no database file to grep")
 		}
-		places = append(places, string(b))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			places = append(places, string(b))
+		}
 	}
+	nDB := len(places)
 	places = append(places, r.srv.output())
 	for _, p := range places {
 		for _, s := range secrets {
@@ -377,7 +407,7 @@ func (r *rig) noSecrets() {
 	}
 	// The grep looked at the right bytes: the database holds the secret's reference (in the
 	// revision) and the user token's hash.
-	db := strings.Join(places[:len(files)], "")
+	db := strings.Join(places[:nDB], "")
 	if !strings.Contains(db, `env(\"WEB_TOKEN\")`) || !strings.Contains(db, store.HashToken(r.user.token)) {
 		t.Fatal("the database files hold neither the secret's reference nor the token's hash: the grep proves nothing")
 	}
@@ -390,14 +420,18 @@ func (r *rig) noSecrets() {
 func TestKilledAgentResumesFromCheckpoint(t *testing.T) {
 	r := newRig(t, "3s")
 	id := r.queue(true)
-	p, agentID := r.agent("host", "netns,nftables", "SYSBOX_EXEC_FAILPOINT=checkpoint@3")
-	if err := p.cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
-		t.Fatalf("agent with a failpoint: got exit %v, want killed", err)
+	// Checkpoint 10 is past the network's last record: the nodes, which need the network,
+	// have begun, so the network's operation ended and was projected before the kill.
+	p, agentID := r.agent("host", "netns,nftables", "SYSBOX_EXEC_FAILPOINT=checkpoint@10")
+	<-p.done
+	if p.err == nil || !strings.Contains(p.err.Error(), "killed") {
+		t.Fatalf("agent with a failpoint: got exit %v, want killed", p.err)
 	}
 	run := r.run(id)
 	if run.Status != "running" || run.Agent != agentID {
 		t.Fatalf("after the kill the run is %s by %q, want running by %s", run.Status, run.Agent, agentID)
 	}
+	r.projectedDuringRun(1)
 	_, restartedID := r.agent("host", "netns,nftables")
 	if restartedID != agentID {
 		t.Fatalf("restarted agent is %s, want the same identity %s", restartedID, agentID)
@@ -416,6 +450,38 @@ func TestKilledAgentResumesFromCheckpoint(t *testing.T) {
 	state, err := os.ReadFile(filepath.Join(r.work, "agent-host", "workspaces", r.ws, ".sysbox", "state"))
 	if err != nil || !bytes.Contains(state, []byte("sysbox_node.web[1]")) || !bytes.Contains(state, []byte("sysbox_firewall.web")) {
 		t.Fatalf("agent workspace state after resume: %v\n%s", err, state)
+	}
+	r.projectedAll(2)
+}
+
+// projectedDuringRun checks the workspace's projections while a run is cut off at checkpoint
+// 10: the network, whose operation ended, is projected (from epoch); the firewall, which waits
+// for the nodes, is not.
+func (r *rig) projectedDuringRun(epoch int64) {
+	r.t.Helper()
+	got := map[string]projection{}
+	for _, p := range r.projections(r.ws) {
+		got[p.Address] = p
+	}
+	if p, ok := got["sysbox_network.lan"]; !ok || p.Epoch != epoch || p.Observation != "present" || p.ExternalID == "" {
+		r.t.Fatalf("mid-run projections %v: want sysbox_network.lan present from epoch %d", got, epoch)
+	}
+	if _, ok := got["sysbox_firewall.web"]; ok {
+		r.t.Fatalf("mid-run projections %v hold the firewall, whose operation had not begun", got)
+	}
+}
+
+// projectedAll checks every resource is projected, observed, from epoch.
+func (r *rig) projectedAll(epoch int64) {
+	r.t.Helper()
+	ps := r.projections(r.ws)
+	if len(ps) != 4 {
+		r.t.Fatalf("projections %+v, want 4", ps)
+	}
+	for _, p := range ps {
+		if p.Epoch != epoch || p.Observation != "present" || p.ExternalID == "" {
+			r.t.Fatalf("projection %+v: want present with an external id from epoch %d", p, epoch)
+		}
 	}
 }
 
@@ -592,4 +658,103 @@ func (r *rig) projections(ws string) []projection {
 	var ps []projection
 	r.user.call("GET", "/v1/projects/"+r.project+"/workspaces/"+ws+"/projections", nil, &ps, 200)
 	return ps
+}
+
+// dumpPostgres is every row of the server's PostgreSQL tables as text.
+func (r *rig) dumpPostgres() string {
+	r.t.Helper()
+	st, err := store.OpenPostgres(context.Background(), r.pg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer st.Close()
+	rows, err := st.DB().Query(`SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_name LIKE 'cp_%'`)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var tables []string
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		tables = append(tables, n)
+	}
+	rows.Close()
+	if len(tables) < 10 {
+		r.t.Fatalf("postgres schema holds tables %v: not the control plane's", tables)
+	}
+	var b strings.Builder
+	for _, n := range tables {
+		var text sql.NullString
+		if err := st.DB().QueryRow(`SELECT string_agg(t::text, E'\n') FROM ` + n + ` t`).Scan(&text); err != nil {
+			r.t.Fatal(err)
+		}
+		b.WriteString(text.String + "\n")
+	}
+	return b.String()
+}
+
+// TestStoppedAgentIsFenced: an agent is stopped (a real SIGSTOP, by the executor's failpoint
+// of test builds) in the middle of a run on a shared backend; its lease lapses; another agent
+// claims the run at epoch 2 and finishes it. Continued (SIGCONT), the stopped agent's late
+// writes are refused as fenced, and the run, its events and the projections stay the new
+// holder's. On SQLite and on PostgreSQL.
+func TestStoppedAgentIsFenced(t *testing.T) {
+	for _, db := range stores {
+		t.Run(db, func(t *testing.T) {
+			r := newRigOn(t, db, "2s")
+			id := r.queue(false)
+			zombie, zombieID := r.agent("zombie", "netns,nftables", "SYSBOX_EXEC_FAILPOINT=checkpoint@10", "SYSBOX_EXEC_FAILPOINT_ACTION=stop")
+			if !testenv.WaitStopped(t, zombie.cmd.Process.Pid, zombie.done) {
+				t.Fatalf("agent with a stop failpoint exited (%v) instead of stopping", zombie.err)
+			}
+			if run := r.run(id); run.Status != "running" || run.Agent != zombieID {
+				t.Fatalf("stopped agent's run is %s by %q, want running by %s", run.Status, run.Agent, zombieID)
+			}
+			r.projectedDuringRun(1)
+
+			_, holderID := r.agent("holder", "netns,nftables")
+			run := r.finished(id)
+			if run.Status != "succeeded" || run.Agent != holderID || run.Epoch != 2 {
+				t.Fatalf("run %s by %s at epoch %d (%s), want succeeded by %s at epoch 2", run.Status, run.Agent, run.Epoch, run.Result, holderID)
+			}
+
+			if err := zombie.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			zombie.waitOutput(t, "run abandoned: lease lost", "complete refused")
+			if out := r.srv.output(); !strings.Contains(out, "fenced write refused") || !strings.Contains(out, zombieID) {
+				t.Fatalf("the server logged no fenced write of %s:\n%s", zombieID, out)
+			}
+			after := r.run(id)
+			if after.Status != "succeeded" || after.Agent != holderID || after.Epoch != 2 || after.Result != run.Result {
+				t.Fatalf("after the zombie woke the run is %+v, want it as the holder left it (%+v)", after, run)
+			}
+			evs, text := r.events(id)
+			for i := 1; i < len(evs); i++ {
+				if evs[i].Epoch < evs[i-1].Epoch {
+					t.Fatalf("event %d is from epoch %d after one from epoch %d: a late write was accepted\n%s", evs[i].Seq, evs[i].Epoch, evs[i-1].Epoch, text)
+				}
+			}
+			r.projectedAll(2)
+			r.noSecrets()
+		})
+	}
+}
+
+// waitOutput waits until the process printed one of subs.
+func (p *proc) waitOutput(t *testing.T, subs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out := p.output()
+		for _, s := range subs {
+			if strings.Contains(out, s) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within 60 s:\n%s", subs, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
