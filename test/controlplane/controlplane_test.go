@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -85,10 +86,21 @@ func (p *proc) output() string {
 	return p.out.String()
 }
 
+// bash marks args that are a bash script, not sysbox's arguments.
+const bash = "\x00bash"
+
+// command is sysbox with args, or bash running args[1] when args[0] is bash.
+func command(args []string) *exec.Cmd {
+	if len(args) == 2 && args[0] == bash {
+		return exec.Command("bash", "-c", args[1])
+	}
+	return exec.Command(binary, args...)
+}
+
 // start runs sysbox with args and env; it is killed when the test ends.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	c := exec.Command(binary, args...)
+	c := command(args)
 	c.Env = append(append(os.Environ(), "WEB_TOKEN="+secret), env...)
 	r, w := io.Pipe()
 	c.Stdout, c.Stderr = w, w
@@ -488,7 +500,7 @@ func (r *rig) projectedAll(epoch int64) {
 // cli runs sysbox to its end in dir and returns its stdout, stderr and exit code.
 func cli(t *testing.T, dir string, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	c := exec.Command(binary, args...)
+	c := command(args)
 	c.Dir = dir
 	c.Env = append(append(os.Environ(), "WEB_TOKEN="+secret), env...)
 	var stdout, stderr bytes.Buffer
@@ -756,5 +768,59 @@ func (p *proc) waitOutput(t *testing.T, subs ...string) {
 			t.Fatalf("no %q within 60 s:\n%s", subs, out)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestReadmeQuickstart runs the README's control-plane block as written (binary, data
+// directories, port and example path substituted; the agent in the fake world): five
+// commands, a server, an agent, the remote apply and the remote destroy.
+func TestReadmeQuickstart(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "## Control plane: `sysbox server`")
+	if ok {
+		_, block, ok = strings.Cut(block, "```sh\n")
+	}
+	if ok {
+		block, _, ok = strings.Cut(block, "```")
+	}
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	if !ok || len(lines) != 5 {
+		t.Fatalf("README's control-plane block: %d commands, want 5:\n%s", len(lines), block)
+	}
+	work := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().String()
+	ln.Close() // the server takes it next
+	if err := os.CopyFS(filepath.Join(work, "quickstart"), os.DirFS("../../examples/quickstart")); err != nil {
+		t.Fatal(err)
+	}
+	sub := strings.NewReplacer("/tmp/sysbox-server", filepath.Join(work, "server"), "/tmp/sysbox-agent", filepath.Join(work, "agent"),
+		"127.0.0.1:8787", port, "examples/quickstart", filepath.Join(work, "quickstart"))
+	cmd := regexp.MustCompile(`(^|\) )sysbox `)
+	for i := range lines {
+		lines[i] = cmd.ReplaceAllString(sub.Replace(lines[i]), "${1}"+binary+" ")
+	}
+	world := "SYSBOX_TEST_FAKE_WORLD=" + filepath.Join(work, "world.json")
+	bg := func(line, ready string) {
+		t.Helper()
+		l, isBG := strings.CutSuffix(strings.TrimSpace(line), "&")
+		if !isBG {
+			t.Fatalf("README command %q: want it in the background", line)
+		}
+		p := start(t, []string{world}, bash, l)
+		p.waitLine(t, ready)
+	}
+	bg(lines[0], "listening on ")
+	bg(lines[1], "sysbox agent ")
+	script := "set -e\n" + strings.Join(lines[2:], "\n")
+	out, errOut, code := cli(t, work, nil, bash, script)
+	if code != 0 || !strings.Contains(out, "Apply complete.") || !strings.Contains(out, "Destroy complete") {
+		t.Fatalf("README quickstart: exit %d\n%s%s", code, out, errOut)
 	}
 }

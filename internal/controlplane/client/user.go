@@ -17,7 +17,7 @@ type User struct {
 	URL   string // the server's base URL, without /v1
 	Token string
 	HTTP  *http.Client
-	// Poll is the wait between two reads of a followed run (0: 200 ms).
+	// Poll is the wait between two reads of a followed run (0: 50 ms).
 	Poll time.Duration
 }
 
@@ -198,7 +198,7 @@ func (u *User) Events(ctx context.Context, project, run string, after int64) ([]
 func (u *User) Follow(ctx context.Context, project, run string, emit func(RunEvent)) (RunStatus, error) {
 	poll := u.Poll
 	if poll <= 0 {
-		poll = 200 * time.Millisecond
+		poll = 50 * time.Millisecond
 	}
 	var after int64
 	drain := func() error {
