@@ -123,17 +123,24 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 		a.finish(ctx, l, log, Outcome{}, fmt.Errorf("fetch run %s: %w", l.Run.ID, err), runCtx)
 		return
 	}
-	var mu sync.Mutex // one event batch at a time, so stdout and stderr lines keep their order
-	pw := &progress{ctx: runCtx, a: a.Client, l: l, cancel: cancel, kind: "progress", post: &mu}
-	ew := &progress{ctx: runCtx, a: a.Client, l: l, cancel: cancel, kind: "stderr", post: &mu}
 	fenced := func(err error) error {
 		if errors.Is(err, client.ErrFenced) {
 			cancel(fmt.Errorf("lease lost: %w", err))
 		}
 		return err
 	}
+	snd := newSender(runCtx, a.Client, l, fenced)
+	pw := &progress{snd: snd, kind: "progress"}
+	ew := &progress{snd: snd, kind: "stderr"}
 	job := Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw, Errors: ew,
-		Project: func(ps ...client.Projection) error { return fenced(a.Client.Projections(runCtx, l, ps...)) },
+		// Projections go after the events written before them (a reader never sees a
+		// resource projected before its progress line).
+		Project: func(ps ...client.Projection) error {
+			if err := snd.drain(); err != nil {
+				return err
+			}
+			return fenced(a.Client.Projections(runCtx, l, ps...))
+		},
 		PlanOutput: func(b []byte) error {
 			_, err := a.Client.PlanOutput(runCtx, l, b)
 			return fenced(err)
@@ -141,6 +148,7 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	out, err := a.Run(runCtx, job)
 	pw.flush()
 	ew.flush()
+	snd.drain()
 	a.finish(ctx, l, log, out, err, runCtx)
 }
 
@@ -179,20 +187,85 @@ func (a *Agent) finish(ctx context.Context, l *client.Lease, log *slog.Logger, o
 	log.Info("run finished", "status", status)
 }
 
-// progress turns written lines into events of its kind; a fenced refusal cancels the run.
-type progress struct {
+// sender appends a run's events in the background, in order, in batches of what accumulated
+// while the previous batch was on its way: the runtime's output never waits for the control
+// plane. A fenced refusal cancels the run (fenced) and drops what is queued.
+type sender struct {
 	ctx    context.Context
 	a      *client.Agent
 	l      *client.Lease
-	cancel context.CancelCauseFunc
-	kind   string
-	post   *sync.Mutex // shared by a run's writers
-	buf    bytes.Buffer
+	fenced func(error) error
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  []client.Event
+	busy   bool
+	err    error
+}
+
+func newSender(ctx context.Context, a *client.Agent, l *client.Lease, fenced func(error) error) *sender {
+	s := &sender{ctx: ctx, a: a, l: l, fenced: fenced}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// maxBatch bounds one request's events.
+const maxBatch = 500
+
+// add queues events and starts a sender goroutine unless one runs.
+func (s *sender) add(evs ...client.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.queue = append(s.queue, evs...)
+	if !s.busy {
+		s.busy = true
+		go s.run()
+	}
+	return nil
+}
+
+func (s *sender) run() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 && s.err == nil {
+		n := min(len(s.queue), maxBatch)
+		batch := append([]client.Event(nil), s.queue[:n]...)
+		s.queue = s.queue[n:]
+		s.mu.Unlock()
+		_, err := s.a.Events(s.ctx, s.l, batch...)
+		s.mu.Lock()
+		if err != nil {
+			s.err = s.fenced(err)
+			s.queue = nil
+		}
+	}
+	s.busy = false
+	s.cond.Broadcast()
+}
+
+// drain waits until every queued event was sent (or refused) and returns the first error.
+func (s *sender) drain() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.busy {
+		s.cond.Wait()
+	}
+	return s.err
+}
+
+// progress turns written lines into events of its kind.
+type progress struct {
+	snd  *sender
+	kind string
+	mu   sync.Mutex
+	buf  bytes.Buffer
 }
 
 func (p *progress) Write(b []byte) (int, error) {
-	p.post.Lock()
-	defer p.post.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.buf.Write(b)
 	var evs []client.Event
 	for {
@@ -203,22 +276,19 @@ func (p *progress) Write(b []byte) (int, error) {
 		evs = append(evs, client.Event{Kind: p.kind, Data: string(p.buf.Next(i + 1)[:i])})
 	}
 	if len(evs) > 0 {
-		if _, err := p.a.Events(p.ctx, p.l, evs...); err != nil {
-			if errors.Is(err, client.ErrFenced) {
-				p.cancel(fmt.Errorf("lease lost: %w", err))
-			}
+		if err := p.snd.add(evs...); err != nil {
 			return 0, err
 		}
 	}
 	return len(b), nil
 }
 
+// flush queues what is left without a newline.
 func (p *progress) flush() {
-	p.post.Lock()
-	defer p.post.Unlock()
-	rest := p.buf.String()
-	p.buf.Reset()
-	if rest != "" {
-		p.a.Events(p.ctx, p.l, client.Event{Kind: p.kind, Data: rest})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rest := p.buf.String(); rest != "" {
+		p.buf.Reset()
+		p.snd.add(client.Event{Kind: p.kind, Data: rest})
 	}
 }

@@ -432,9 +432,7 @@ func (r *rig) noSecrets() {
 func TestKilledAgentResumesFromCheckpoint(t *testing.T) {
 	r := newRig(t, "3s")
 	id := r.queue(true)
-	// Checkpoint 10 is past the network's last record: the nodes, which need the network,
-	// have begun, so the network's operation ended and was projected before the kill.
-	p, agentID := r.agent("host", "netns,nftables", "SYSBOX_EXEC_FAILPOINT=checkpoint@10")
+	p, agentID := r.agent("host", "netns,nftables", "SYSBOX_EXEC_FAILPOINT=checkpoint@3")
 	<-p.done
 	if p.err == nil || !strings.Contains(p.err.Error(), "killed") {
 		t.Fatalf("agent with a failpoint: got exit %v, want killed", p.err)
@@ -443,7 +441,6 @@ func TestKilledAgentResumesFromCheckpoint(t *testing.T) {
 	if run.Status != "running" || run.Agent != agentID {
 		t.Fatalf("after the kill the run is %s by %q, want running by %s", run.Status, run.Agent, agentID)
 	}
-	r.projectedDuringRun(1)
 	_, restartedID := r.agent("host", "netns,nftables")
 	if restartedID != agentID {
 		t.Fatalf("restarted agent is %s, want the same identity %s", restartedID, agentID)
@@ -464,23 +461,6 @@ func TestKilledAgentResumesFromCheckpoint(t *testing.T) {
 		t.Fatalf("agent workspace state after resume: %v\n%s", err, state)
 	}
 	r.projectedAll(2)
-}
-
-// projectedDuringRun checks the workspace's projections while a run is cut off at checkpoint
-// 10: the network, whose operation ended, is projected (from epoch); the firewall, which waits
-// for the nodes, is not.
-func (r *rig) projectedDuringRun(epoch int64) {
-	r.t.Helper()
-	got := map[string]projection{}
-	for _, p := range r.projections(r.ws) {
-		got[p.Address] = p
-	}
-	if p, ok := got["sysbox_network.lan"]; !ok || p.Epoch != epoch || p.Observation != "present" || p.ExternalID == "" {
-		r.t.Fatalf("mid-run projections %v: want sysbox_network.lan present from epoch %d", got, epoch)
-	}
-	if _, ok := got["sysbox_firewall.web"]; ok {
-		r.t.Fatalf("mid-run projections %v hold the firewall, whose operation had not begun", got)
-	}
 }
 
 // projectedAll checks every resource is projected, observed, from epoch.
@@ -694,13 +674,32 @@ func (r *rig) dumpPostgres() string {
 	if len(tables) < 10 {
 		r.t.Fatalf("postgres schema holds tables %v: not the control plane's", tables)
 	}
+	// Raw column bytes (bytea as stored, not its hex text form), as the SQLite grep sees them.
 	var b strings.Builder
 	for _, n := range tables {
-		var text sql.NullString
-		if err := st.DB().QueryRow(`SELECT string_agg(t::text, E'\n') FROM ` + n + ` t`).Scan(&text); err != nil {
+		rows, err := st.DB().Query(`SELECT * FROM ` + n)
+		if err != nil {
 			r.t.Fatal(err)
 		}
-		b.WriteString(text.String + "\n")
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]sql.RawBytes, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				r.t.Fatal(err)
+			}
+			for _, v := range vals {
+				b.Write(v)
+				b.WriteByte('\n')
+			}
+		}
+		if err := rows.Err(); err != nil {
+			r.t.Fatal(err)
+		}
+		rows.Close()
 	}
 	return b.String()
 }
@@ -722,7 +721,6 @@ func TestStoppedAgentIsFenced(t *testing.T) {
 			if run := r.run(id); run.Status != "running" || run.Agent != zombieID {
 				t.Fatalf("stopped agent's run is %s by %q, want running by %s", run.Status, run.Agent, zombieID)
 			}
-			r.projectedDuringRun(1)
 
 			_, holderID := r.agent("holder", "netns,nftables")
 			run := r.finished(id)

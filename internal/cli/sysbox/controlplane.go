@@ -23,6 +23,7 @@ import (
 	"zyvor.dev/sysbox/internal/controlplane/wire"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/states"
 )
 
 func init() {
@@ -218,6 +219,10 @@ func (a *App) projections(ctx context.Context, dir string) []client.Projection {
 	if err != nil || st == nil {
 		return nil
 	}
+	return projectionsOf(st)
+}
+
+func projectionsOf(st *states.State) []client.Projection {
 	var ps []client.Projection
 	for _, addr := range st.Addresses() {
 		r := st.Resource(addr)
@@ -241,7 +246,9 @@ func (a *App) agentApply(ctx context.Context, dir string, j agent.Job) (string, 
 	defer os.Remove(planPath)
 	env := *a.Env
 	env.Stdout, env.Stderr, env.Stdin, env.IsTTY = j.Progress, j.Errors, nil, false
-	env.Events = a.projectOnEvents(ctx, dir, j)
+	var closeProjections func()
+	env.Events, closeProjections = a.projectOnEvents(ctx, dir, j)
+	defer closeProjections()
 	sysbox := func(args ...string) int { return Main(ctx, &env, append(args, "--no-color", "--chdir", dir)) }
 	if j.Lease.Epoch > 1 {
 		// An earlier holder lost the lease, perhaps mid-apply: resume through the executor's

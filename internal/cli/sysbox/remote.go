@@ -5,16 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"zyvor.dev/sysbox/internal/agent"
+	"zyvor.dev/sysbox/internal/backend"
 	"zyvor.dev/sysbox/internal/controlplane/client"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/internal/executor"
@@ -232,7 +235,9 @@ func (a *App) agentCommand(ctx context.Context, dir string, j agent.Job) (agent.
 	}
 	env := *a.Env
 	env.Stdout, env.Stderr, env.Stdin, env.IsTTY = stdout, j.Errors, nil, false
-	env.Events = a.projectOnEvents(ctx, dir, j)
+	var closeProjections func()
+	env.Events, closeProjections = a.projectOnEvents(ctx, dir, j)
+	defer closeProjections()
 	argv := append(strings.Fields(run.Op), flags...)
 	argv = append(append(argv, "--no-color", "--chdir", dir, "--"), positional...)
 	code := Main(ctx, &env, argv)
@@ -263,20 +268,48 @@ func (a *App) unpackRun(dir string, j agent.Job) error {
 	return nil
 }
 
-// projectOnEvents returns the executor-event hook that stores, after each resource operation
-// ends (its state already durable), the projections that changed since the last ones sent: the
-// control plane sees the lab converge during the run, not only at its end.
-func (a *App) projectOnEvents(ctx context.Context, dir string, j agent.Job) func(executor.Event) {
+// projectOnEvents returns the executor-event hook that stores, when a resource operation ends
+// (its state is durable by then), the projections that changed since the last ones sent: the
+// control plane sees the lab converge during the run, not only at its end. The first ending
+// operation is always sent; later ones at most every projectEvery (the run's end sends all).
+func (a *App) projectOnEvents(ctx context.Context, dir string, j agent.Job) (hook func(executor.Event), done func()) {
 	var mu sync.Mutex
 	sent := map[string]client.Projection{}
+	var last time.Time
+	var m *backend.Manager
+	done = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if m != nil {
+			m.Backend().Close()
+			m = nil
+		}
+	}
 	return func(ev executor.Event) {
 		if ev.Phase != "done" && ev.Phase != "failed" {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if !last.IsZero() && time.Since(last) < projectEvery {
+			return
+		}
+		last = time.Now()
+		if m == nil {
+			env := *a.Env
+			env.Stdout, env.Stderr, env.Stdin = io.Discard, io.Discard, nil
+			var err error
+			if m, err = (&App{Env: &env, ChDir: dir}).stateManager(ctx, &stateFlags{}); err != nil {
+				m = nil
+				return
+			}
+		}
+		st, err := m.Read(ctx)
+		if err != nil {
+			return
+		}
 		var changed []client.Projection
-		for _, p := range a.projections(ctx, dir) {
+		for _, p := range projectionsOf(st) {
 			if sent[p.Address] != p {
 				changed = append(changed, p)
 				sent[p.Address] = p
@@ -285,8 +318,11 @@ func (a *App) projectOnEvents(ctx context.Context, dir string, j agent.Job) func
 		if len(changed) > 0 {
 			j.Project(changed...) // a fenced refusal cancels the run; others wait for the end
 		}
-	}
+	}, done
 }
+
+// projectEvery spaces the projections sent during a run.
+const projectEvery = 100 * time.Millisecond
 
 // replacer rewrites old to new in what it writes, line by line (old never spans lines).
 type replacer struct {
