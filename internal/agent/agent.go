@@ -26,15 +26,22 @@ import (
 // Job is one claimed run handed to a Runner.
 type Job struct {
 	Lease    *client.Lease
-	Plan     []byte    // the stored plan file
-	Bundle   []byte    // the revision (topology bundle) the plan was made from
-	Progress io.Writer // each line becomes a "progress" event of the run
+	Plan     []byte    // the stored plan file (none for a command run)
+	Bundle   []byte    // the revision (topology bundle) the run works on
+	Progress io.Writer // each line becomes a "progress" event of the run (the command's stdout)
+	Errors   io.Writer // each line becomes a "stderr" event (the command's stderr)
+	// Project stores projections under the lease while the run goes on; PlanOutput stores
+	// the plan file a plan run made. A fenced refusal of either cancels the run.
+	Project    func(ps ...client.Projection) error
+	PlanOutput func(plan []byte) error
 }
 
-// Outcome is what a runner reports: a one-line result and the workspace's resources as they
-// stand afterwards (sent as the workspace's projections, also after a failure).
+// Outcome is what a runner reports: a one-line result, the command's exit code, and the
+// workspace's resources as they stand afterwards (sent as the workspace's projections, also
+// after a failure).
 type Outcome struct {
 	Result      string
+	ExitCode    int
 	Projections []client.Projection
 }
 
@@ -104,8 +111,11 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	defer wg.Wait()
 	defer cancel(nil)
 
-	plan, err := a.Client.Plan(runCtx, l)
-	var bundle []byte
+	var plan, bundle []byte
+	var err error
+	if l.Run.Plan != "" { // a command run has only a revision
+		plan, err = a.Client.Plan(runCtx, l)
+	}
 	if err == nil {
 		bundle, err = a.Client.Revision(runCtx, l)
 	}
@@ -113,9 +123,32 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 		a.finish(ctx, l, log, Outcome{}, fmt.Errorf("fetch run %s: %w", l.Run.ID, err), runCtx)
 		return
 	}
-	pw := &progress{ctx: runCtx, a: a.Client, l: l, cancel: cancel}
-	out, err := a.Run(runCtx, Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw})
+	fenced := func(err error) error {
+		if errors.Is(err, client.ErrFenced) {
+			cancel(fmt.Errorf("lease lost: %w", err))
+		}
+		return err
+	}
+	snd := newSender(runCtx, a.Client, l, fenced)
+	pw := &progress{snd: snd, kind: "progress"}
+	ew := &progress{snd: snd, kind: "stderr"}
+	job := Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw, Errors: ew,
+		// Projections go after the events written before them (a reader never sees a
+		// resource projected before its progress line).
+		Project: func(ps ...client.Projection) error {
+			if err := snd.drain(); err != nil {
+				return err
+			}
+			return fenced(a.Client.Projections(runCtx, l, ps...))
+		},
+		PlanOutput: func(b []byte) error {
+			_, err := a.Client.PlanOutput(runCtx, l, b)
+			return fenced(err)
+		}}
+	out, err := a.Run(runCtx, job)
 	pw.flush()
+	ew.flush()
+	snd.drain()
 	a.finish(ctx, l, log, out, err, runCtx)
 }
 
@@ -140,25 +173,94 @@ func (a *Agent) finish(ctx context.Context, l *client.Lease, log *slog.Logger, o
 			log.Warn("projections refused", "err", perr)
 		}
 	}
-	status, result := "succeeded", out.Result
+	status, result, code := "succeeded", out.Result, out.ExitCode
 	if err != nil {
 		status, result = "failed", err.Error()
+		if code == 0 {
+			code = 1
+		}
 	}
-	if cerr := a.Client.Complete(ctx, l, status, result); cerr != nil {
+	if cerr := a.Client.Complete(ctx, l, status, result, code); cerr != nil {
 		log.Warn("complete refused", "err", cerr)
 		return
 	}
 	log.Info("run finished", "status", status)
 }
 
-// progress turns written lines into events; a fenced refusal cancels the run.
-type progress struct {
+// sender appends a run's events in the background, in order, in batches of what accumulated
+// while the previous batch was on its way: the runtime's output never waits for the control
+// plane. A fenced refusal cancels the run (fenced) and drops what is queued.
+type sender struct {
 	ctx    context.Context
 	a      *client.Agent
 	l      *client.Lease
-	cancel context.CancelCauseFunc
+	fenced func(error) error
 	mu     sync.Mutex
-	buf    bytes.Buffer
+	cond   *sync.Cond
+	queue  []client.Event
+	busy   bool
+	err    error
+}
+
+func newSender(ctx context.Context, a *client.Agent, l *client.Lease, fenced func(error) error) *sender {
+	s := &sender{ctx: ctx, a: a, l: l, fenced: fenced}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// maxBatch bounds one request's events.
+const maxBatch = 500
+
+// add queues events and starts a sender goroutine unless one runs.
+func (s *sender) add(evs ...client.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.queue = append(s.queue, evs...)
+	if !s.busy {
+		s.busy = true
+		go s.run()
+	}
+	return nil
+}
+
+func (s *sender) run() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 && s.err == nil {
+		n := min(len(s.queue), maxBatch)
+		batch := append([]client.Event(nil), s.queue[:n]...)
+		s.queue = s.queue[n:]
+		s.mu.Unlock()
+		_, err := s.a.Events(s.ctx, s.l, batch...)
+		s.mu.Lock()
+		if err != nil {
+			s.err = s.fenced(err)
+			s.queue = nil
+		}
+	}
+	s.busy = false
+	s.cond.Broadcast()
+}
+
+// drain waits until every queued event was sent (or refused) and returns the first error.
+func (s *sender) drain() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.busy {
+		s.cond.Wait()
+	}
+	return s.err
+}
+
+// progress turns written lines into events of its kind.
+type progress struct {
+	snd  *sender
+	kind string
+	mu   sync.Mutex
+	buf  bytes.Buffer
 }
 
 func (p *progress) Write(b []byte) (int, error) {
@@ -171,25 +273,22 @@ func (p *progress) Write(b []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		evs = append(evs, client.Event{Kind: "progress", Data: string(p.buf.Next(i + 1)[:i])})
+		evs = append(evs, client.Event{Kind: p.kind, Data: string(p.buf.Next(i + 1)[:i])})
 	}
 	if len(evs) > 0 {
-		if _, err := p.a.Events(p.ctx, p.l, evs...); err != nil {
-			if errors.Is(err, client.ErrFenced) {
-				p.cancel(fmt.Errorf("lease lost: %w", err))
-			}
+		if err := p.snd.add(evs...); err != nil {
 			return 0, err
 		}
 	}
 	return len(b), nil
 }
 
+// flush queues what is left without a newline.
 func (p *progress) flush() {
 	p.mu.Lock()
-	rest := p.buf.String()
-	p.buf.Reset()
-	p.mu.Unlock()
-	if rest != "" {
-		p.a.Events(p.ctx, p.l, client.Event{Kind: "progress", Data: rest})
+	defer p.mu.Unlock()
+	if rest := p.buf.String(); rest != "" {
+		p.buf.Reset()
+		p.snd.add(client.Event{Kind: p.kind, Data: rest})
 	}
 }

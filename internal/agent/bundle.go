@@ -8,15 +8,18 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"zyvor.dev/sysbox/internal/durable"
 )
 
 // A bundle is a topology directory as one content-addressable document: {"files": {relative
-// slash path: content}}. encoding/json sorts map keys, so the same files give the same bytes
-// (and the same revision digest).
+// slash path: content}} for UTF-8 files and {"binary": {path: base64}} for the others (a rootfs
+// archive, say: a JSON string would replace its invalid UTF-8). encoding/json sorts map keys,
+// so the same files give the same bytes (and the same revision digest).
 type bundle struct {
-	Files map[string]string `json:"files"`
+	Files  map[string]string `json:"files"`
+	Binary map[string][]byte `json:"binary,omitempty"`
 }
 
 // MaxBundle bounds a bundle's size.
@@ -48,7 +51,14 @@ func PackDir(dir string) ([]byte, error) {
 		if size += len(c); size > MaxBundle {
 			return fmt.Errorf("more than %d bytes of files", MaxBundle)
 		}
-		b.Files[filepath.ToSlash(rel)] = string(c)
+		if utf8.Valid(c) {
+			b.Files[filepath.ToSlash(rel)] = string(c)
+		} else {
+			if b.Binary == nil {
+				b.Binary = map[string][]byte{}
+			}
+			b.Binary[filepath.ToSlash(rel)] = c
+		}
 		return nil
 	})
 	if err != nil {
@@ -64,7 +74,17 @@ func Unpack(data []byte, dir string) error {
 	if err := json.Unmarshal(data, &b); err != nil {
 		return fmt.Errorf("bundle: %w", err)
 	}
-	for name := range b.Files {
+	all := map[string][]byte{}
+	for name, c := range b.Files {
+		all[name] = []byte(c)
+	}
+	for name, c := range b.Binary {
+		if _, dup := all[name]; dup {
+			return fmt.Errorf("bundle: file name %q twice", name)
+		}
+		all[name] = c
+	}
+	for name := range all {
 		clean := path.Clean(name)
 		if clean != name || path.IsAbs(name) || clean == "." || strings.HasPrefix(clean, "../") || clean == ".." {
 			return fmt.Errorf("bundle: file name %q leaves the workspace", name)
@@ -75,12 +95,12 @@ func Unpack(data []byte, dir string) error {
 			}
 		}
 	}
-	for name, content := range b.Files {
+	for name, content := range all {
 		p := filepath.Join(dir, filepath.FromSlash(name))
 		if err := durable.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("bundle: %s: %w", name, err)
 		}
-		if err := durable.WriteFile(p, []byte(content), 0o644); err != nil {
+		if err := durable.WriteFile(p, content, 0o644); err != nil {
 			return fmt.Errorf("bundle: %s: %w", name, err)
 		}
 	}

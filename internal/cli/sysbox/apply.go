@@ -23,6 +23,7 @@ type applyFlags struct {
 
 func newApplyCommand(app *App) *cobra.Command {
 	var f applyFlags
+	var rf remoteFlags
 	cmd := &cobra.Command{
 		Use:   "apply [PLANFILE]",
 		Short: "Make the lab match the configuration (or apply a stored plan)",
@@ -37,12 +38,16 @@ checkpointing every critical step so that a crash at any instant is recoverable
 			if len(args) == 1 {
 				planFile = args[0]
 			}
+			if rf.url != "" {
+				return app.runRemote(cmd, &rf, "apply", nil, planFile)
+			}
 			return app.runApply(cmd.Context(), &f, planFile)
 		},
 	}
 	addRunFlags(cmd, &f.run)
 	cmd.Flags().BoolVar(&f.autoApprove, "auto-approve", false, "apply without asking for approval")
 	cmd.Flags().StringArrayVar(&f.targets, "target", nil, "apply only `ADDR` and what it depends on (repeatable)")
+	addRemoteFlags(cmd, &rf)
 	return cmd
 }
 

@@ -1,7 +1,6 @@
 package sysbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +23,7 @@ import (
 	"zyvor.dev/sysbox/internal/controlplane/wire"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/internal/plans"
+	"zyvor.dev/sysbox/internal/states"
 )
 
 func init() {
@@ -194,43 +194,50 @@ func (a *App) agentCapabilities(only []string) ([]string, error) {
 	return caps, nil
 }
 
-// agentRun applies a claimed run exactly as `sysbox apply PLANFILE` does, in the run's
-// workspace directory, with the progress lines going to the control plane.
+// agentRun executes a claimed run in the run's workspace directory with the CLI's own
+// commands: a stored plan is applied exactly as `sysbox apply PLANFILE` does, a command run
+// as `sysbox OP ARGS` does; their output goes to the control plane as the run's events.
 func (a *App) agentRun(ctx context.Context, data string, j agent.Job) (agent.Outcome, error) {
 	dir := filepath.Join(data, "workspaces", j.Lease.Run.Workspace)
+	if j.Lease.Run.Plan == "" {
+		return a.agentCommand(ctx, dir, j)
+	}
 	result, err := a.agentApply(ctx, dir, j)
-	return agent.Outcome{Result: result, Projections: a.projections(ctx, dir)}, err
+	code := ExitOK
+	if err != nil {
+		code = ExitError
+	}
+	return agent.Outcome{Result: commandExited(j.Lease.Run.Op, code) + ": " + result, ExitCode: code, Projections: a.projections(ctx, dir)}, err
 }
 
-// projections are the workspace's resources as its state lists them (none when it has no
+// projections are the workspace's resources as its state holds them (none when it has no
 // state yet).
 func (a *App) projections(ctx context.Context, dir string) []client.Projection {
-	var out bytes.Buffer
 	env := *a.Env
-	env.Stdout, env.Stderr, env.Stdin = &out, io.Discard, nil
-	if Main(ctx, &env, []string{"state", "list", "--json", "--chdir", dir}) != ExitOK {
+	env.Stdout, env.Stderr, env.Stdin = io.Discard, io.Discard, nil
+	st, err := (&App{Env: &env, ChDir: dir}).readState(ctx, &stateFlags{})
+	if err != nil || st == nil {
 		return nil
 	}
-	var l stateListJSON
-	if json.Unmarshal(out.Bytes(), &l) != nil {
-		return nil
-	}
+	return projectionsOf(st)
+}
+
+func projectionsOf(st *states.State) []client.Projection {
 	var ps []client.Projection
-	for _, r := range l.Resources {
-		ps = append(ps, client.Projection{Address: r.Address, Observation: r.Status, ExternalID: r.ExternalID})
+	for _, addr := range st.Addresses() {
+		r := st.Resource(addr)
+		ps = append(ps, client.Projection{Address: addr.String(), Observation: string(r.Observation.Status), ExternalID: r.ExternalID,
+			Generation: int64(r.Owner.Generation)})
 	}
 	return ps
 }
 
 func (a *App) agentApply(ctx context.Context, dir string, j agent.Job) (string, error) {
 	if j.Lease.Run.Op != "apply" && j.Lease.Run.Op != "destroy" {
-		return "", fmt.Errorf("run %s: op %q is not supported by this agent (apply, destroy)", j.Lease.Run.ID, j.Lease.Run.Op)
+		return "", fmt.Errorf("run %s: op %q of a stored plan is not supported by this agent (apply, destroy)", j.Lease.Run.ID, j.Lease.Run.Op)
 	}
-	if err := durable.MkdirAll(dir, 0o755); err != nil {
+	if err := a.unpackRun(dir, j); err != nil {
 		return "", err
-	}
-	if err := agent.Unpack(j.Bundle, dir); err != nil {
-		return "", fmt.Errorf("run %s: %w", j.Lease.Run.ID, err)
 	}
 	planPath := filepath.Join(dir, ".sysbox-run-"+j.Lease.Run.ID+".plan")
 	if err := durable.WriteFile(planPath, j.Plan, 0o600); err != nil {
@@ -238,7 +245,10 @@ func (a *App) agentApply(ctx context.Context, dir string, j agent.Job) (string, 
 	}
 	defer os.Remove(planPath)
 	env := *a.Env
-	env.Stdout, env.Stderr, env.Stdin, env.IsTTY = j.Progress, j.Progress, nil, false
+	env.Stdout, env.Stderr, env.Stdin, env.IsTTY = j.Progress, j.Errors, nil, false
+	var closeProjections func()
+	env.Events, closeProjections = a.projectOnEvents(ctx, dir, j)
+	defer closeProjections()
 	sysbox := func(args ...string) int { return Main(ctx, &env, append(args, "--no-color", "--chdir", dir)) }
 	if j.Lease.Epoch > 1 {
 		// An earlier holder lost the lease, perhaps mid-apply: resume through the executor's

@@ -25,6 +25,7 @@ type destroyFlags struct {
 
 func newDestroyCommand(app *App) *cobra.Command {
 	var f destroyFlags
+	var rf remoteFlags
 	cmd := &cobra.Command{
 		Use:   "destroy",
 		Short: "Delete everything the topology owns, then audit for residue",
@@ -36,11 +37,17 @@ configuration's resources or its substrate block) lists objects still carrying t
 markers; other drivers are not asked. A used driver that cannot answer fails destroy (unknown is
 not absent). Exit code 1 when anything is left.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return app.runDestroy(cmd.Context(), &f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rf.url != "" {
+				return app.runRemote(cmd, &rf, "destroy", nil, "")
+			}
+			return app.runDestroy(cmd.Context(), &f)
+		},
 	}
 	addRunFlags(cmd, &f.run)
 	cmd.Flags().BoolVar(&f.autoApprove, "auto-approve", false, "destroy without asking for approval")
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the residue audit as JSON")
+	addRemoteFlags(cmd, &rf)
 	return cmd
 }
 

@@ -223,6 +223,9 @@ var opVerb = map[plans.Action][2]string{
 }
 
 func (p *progress) event(ev executor.Event) {
+	if p.app.Env.Events != nil {
+		p.app.Env.Events(ev)
+	}
 	v, ok := opVerb[ev.Op]
 	if !ok {
 		v = [2]string{string(ev.Op) + "...", string(ev.Op) + " complete"}

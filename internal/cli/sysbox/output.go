@@ -27,6 +27,7 @@ const Redacted = "(sensitive value)"
 func newOutputCommand(app *App) *cobra.Command {
 	var f runFlags
 	var asJSON bool
+	var rf remoteFlags
 	cmd := &cobra.Command{
 		Use:   "output [NAME]",
 		Short: "Print the topology's outputs, evaluated against state",
@@ -40,6 +41,9 @@ Sensitive outputs (sensitive = true) and outputs holding a secret reference (env
 "` + Redacted + `", unknown ones as null.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if rf.url != "" {
+				return app.runRemote(cmd, &rf, "output", args, "")
+			}
 			rt, err := app.openRuntime(cmd.Context(), &f, false)
 			if err != nil {
 				return err
@@ -76,6 +80,7 @@ Sensitive outputs (sensitive = true) and outputs holding a secret reference (env
 	}
 	addVarFlags(cmd, &f.vars)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addRemoteFlags(cmd, &rf)
 	return cmd
 }
 

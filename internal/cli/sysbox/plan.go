@@ -21,6 +21,7 @@ type planFlags struct {
 
 func newPlanCommand(app *App) *cobra.Command {
 	var f planFlags
+	var rf remoteFlags
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Show what apply would change, optionally storing the plan",
@@ -32,6 +33,9 @@ that file refuses it if anything it was computed from has changed since.
 Exit codes: 0 ok (with -detailed-exitcode: no changes), 1 error, 2 changes (-detailed-exitcode).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rf.url != "" {
+				return app.runRemote(cmd, &rf, "plan", nil, "")
+			}
 			p, err := app.makePlan(cmd, &f)
 			if err != nil {
 				return err
@@ -63,6 +67,7 @@ Exit codes: 0 ok (with -detailed-exitcode: no changes), 1 error, 2 changes (-det
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the plan as JSON")
 	cmd.Flags().StringArrayVar(&f.targets, "target", nil, "plan only `ADDR` and what it depends on (repeatable)")
 	cmd.Flags().BoolVar(&f.destroy, "destroy", false, "plan the deletion of everything in state")
+	addRemoteFlags(cmd, &rf)
 	return cmd
 }
 

@@ -11,6 +11,7 @@ func init() { register(newResetCommand) }
 
 func newResetCommand(app *App) *cobra.Command {
 	var f runFlags
+	var rf remoteFlags
 	cmd := &cobra.Command{
 		Use:   "reset ADDR...",
 		Short: "Put nodes back to their baseline by replacing their mutable generation",
@@ -21,6 +22,9 @@ the policies living in it, switches the node's external identity in state, and o
 the prior generation after re-checking its ownership markers. No other node is touched.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if rf.url != "" {
+				return app.runRemote(cmd, &rf, "reset", args, "")
+			}
 			targets, err := parseAddrs(args)
 			if err != nil {
 				return err
@@ -43,5 +47,6 @@ the prior generation after re-checking its ownership markers. No other node is t
 		},
 	}
 	addRunFlags(cmd, &f)
+	addRemoteFlags(cmd, &rf)
 	return cmd
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"zyvor.dev/sysbox/internal/executor"
 	"zyvor.dev/sysbox/internal/plans"
 )
 
@@ -32,6 +33,9 @@ type Env struct {
 	// Drivers returns the capability registry planning checks against; cmd/sysbox registers
 	// the built-in drivers. Nil: planning fails for any action that needs a driver.
 	Drivers func() (plans.CapabilityChecker, error)
+	// Events, when set, receives every executor event as it is rendered (an agent updates
+	// the workspace's projections from them while a run goes on).
+	Events func(executor.Event)
 }
 
 // App is one invocation's shared state, handed to every command.

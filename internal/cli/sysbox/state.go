@@ -118,11 +118,15 @@ func parseAddrArg(what, s string) (addrs.Instance, error) {
 func newStateListCommand(app *App) *cobra.Command {
 	var sf stateFlags
 	var asJSON bool
+	var rf remoteFlags
 	cmd := &cobra.Command{
 		Use:   "list [TARGET...]",
 		Short: "List resource addresses in the state, one per line",
 		Long:  "list prints the canonical address of every resource in the state (or of those within the given targets, e.g. module.lab or sysbox_node.web).",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if rf.url != "" {
+				return app.runRemote(cmd, &rf, "state list", args, "")
+			}
 			targets, err := parseTargets(args)
 			if err != nil {
 				return err
@@ -143,6 +147,7 @@ func newStateListCommand(app *App) *cobra.Command {
 	}
 	addStateFlags(cmd, &sf, false)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addRemoteFlags(cmd, &rf)
 	return cmd
 }
 
@@ -190,12 +195,16 @@ func listJSON(st *states.State, rs []*states.Resource) stateListJSON {
 func newStateShowCommand(app *App) *cobra.Command {
 	var sf stateFlags
 	var asJSON bool
+	var rf remoteFlags
 	cmd := &cobra.Command{
 		Use:   "show ADDRESS",
 		Short: "Show one resource's state",
 		Long:  "show prints one resource's public state. The driver's private envelope is shown only as its driver, version and size: sysbox does not interpret it.",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if rf.url != "" {
+				return app.runRemote(cmd, &rf, "state show", args, "")
+			}
 			addr, err := parseAddrArg("address", args[0])
 			if err != nil {
 				return err
@@ -218,6 +227,7 @@ func newStateShowCommand(app *App) *cobra.Command {
 	}
 	addStateFlags(cmd, &sf, false)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addRemoteFlags(cmd, &rf)
 	return cmd
 }
 

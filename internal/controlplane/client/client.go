@@ -179,6 +179,9 @@ type Run struct {
 	Op        string   `json:"op"`
 	Requires  []string `json:"requires"`
 	NextSeq   int64    `json:"next_seq"`
+	// Revision and Args: what a command run (one without a plan) runs.
+	Revision string   `json:"revision"`
+	Args     []string `json:"args"`
 }
 
 // Lease is a claimed run and the epoch to act under.
@@ -254,6 +257,7 @@ type Projection struct {
 	Address     string `json:"address"`
 	Observation string `json:"observation"`
 	ExternalID  string `json:"external_id,omitempty"`
+	Generation  int64  `json:"generation"`
 }
 
 // Projections stores resource projections under the lease.
@@ -265,8 +269,28 @@ func (a *Agent) Projections(ctx context.Context, l *Lease, ps ...Projection) err
 	return err
 }
 
-// Complete records the run's outcome ("succeeded" or "failed") under the lease.
-func (a *Agent) Complete(ctx context.Context, l *Lease, status, result string) error {
-	_, err := a.call(ctx, http.MethodPost, "/v1/agent/runs/"+l.Run.ID+"/complete", l.Epoch, map[string]string{"status": status, "result": result}, nil, http.StatusNoContent)
+// Complete records the run's outcome ("succeeded" or "failed") and its command's exit code
+// under the lease.
+func (a *Agent) Complete(ctx context.Context, l *Lease, status, result string, exitCode int) error {
+	_, err := a.call(ctx, http.MethodPost, "/v1/agent/runs/"+l.Run.ID+"/complete", l.Epoch,
+		map[string]any{"status": status, "result": result, "exit_code": exitCode}, nil, http.StatusNoContent)
 	return err
+}
+
+// PlanOutput stores the plan file a plan run made and returns the stored plan's id.
+func (a *Agent) PlanOutput(ctx context.Context, l *Lease, plan []byte) (string, error) {
+	path := "/v1/agent/runs/" + l.Run.ID + "/plan-output"
+	code, b, err := a.Do(ctx, http.MethodPost, path, l.Epoch, plan)
+	if err != nil {
+		return "", err
+	}
+	var r struct {
+		Plan  string `json:"plan"`
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(b, &r)
+	if code != http.StatusCreated {
+		return "", &StatusError{Method: http.MethodPost, Path: path, Code: code, Message: r.Error}
+	}
+	return r.Plan, nil
 }

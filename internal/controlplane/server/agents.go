@@ -9,6 +9,7 @@ import (
 
 	"zyvor.dev/sysbox/internal/controlplane/store"
 	"zyvor.dev/sysbox/internal/controlplane/wire"
+	"zyvor.dev/sysbox/internal/plans"
 )
 
 // JoinAgentID is the agent id a join request is signed under (the agent has no id yet; the
@@ -220,6 +221,10 @@ func (s *Server) agentPlan(w http.ResponseWriter, r *http.Request, c agentCall) 
 	if !ok {
 		return
 	}
+	if run.Plan == "" {
+		writeErr(w, http.StatusNotFound, "run "+run.ID+": a "+run.Op+" command run has no stored plan")
+		return
+	}
 	_, data, err := s.store.PlanData(r.Context(), c.agent.Project, run.Plan)
 	if err != nil {
 		s.fail(w, r, err)
@@ -234,12 +239,7 @@ func (s *Server) agentRevision(w http.ResponseWriter, r *http.Request, c agentCa
 	if !ok {
 		return
 	}
-	p, _, err := s.store.PlanData(r.Context(), c.agent.Project, run.Plan)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	b, err := s.store.RevisionBundle(r.Context(), c.agent.Project, p.Revision)
+	b, err := s.store.RevisionBundle(r.Context(), c.agent.Project, run.Revision)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -332,8 +332,9 @@ func (s *Server) putProjections(w http.ResponseWriter, r *http.Request, c agentC
 }
 
 type completion struct {
-	Status string `json:"status"`
-	Result string `json:"result"`
+	Status   string `json:"status"`
+	Result   string `json:"result"`
+	ExitCode int    `json:"exit_code"`
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, c agentCall) {
@@ -348,10 +349,29 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, c agentCall) {
 	if !s.ownRun(w, r, c) {
 		return
 	}
-	if err := s.store.CompleteRun(r.Context(), r.PathValue("run"), c.agent.ID, c.msg.Epoch, req.Status, req.Result); err != nil {
+	if err := s.store.CompleteRun(r.Context(), r.PathValue("run"), c.agent.ID, c.msg.Epoch, req.Status, req.Result, req.ExitCode); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.log.Info("run completed", "run", r.PathValue("run"), "agent", c.agent.ID, "epoch", c.msg.Epoch, "status", req.Status)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+type planned struct {
+	Plan string `json:"plan"`
+}
+
+// putRunPlan stores the plan file a plan run made; its requirements are read from it, as for
+// a plan a user uploads.
+func (s *Server) putRunPlan(w http.ResponseWriter, r *http.Request, c agentCall) {
+	p, err := plans.Decode(c.body)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, "plan: "+err.Error())
+		return
+	}
+	if !s.ownRun(w, r, c) {
+		return
+	}
+	pl, err := s.store.PutRunPlan(r.Context(), r.PathValue("run"), c.agent.ID, c.msg.Epoch, c.body, Requirements(p))
+	s.reply(w, r, http.StatusCreated, planned{Plan: pl.ID}, err)
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -43,9 +45,15 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer st.Close()
+	_, statErr := os.Stat(filepath.Join(o.DataDir, AdminTokenFile))
 	tokenPath, err := Bootstrap(ctx, st, o.DataDir)
 	if err != nil {
 		return err
+	}
+	if errors.Is(statErr, fs.ErrNotExist) {
+		if err := bootstrapDefault(ctx, st, o.DataDir); err != nil {
+			return err
+		}
 	}
 	key, err := wire.LoadOrCreateKey(filepath.Join(o.DataDir, ServerKeyFile))
 	if err != nil {
@@ -63,7 +71,12 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("server listen %s: %w", o.Listen, err)
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(o.Out, "sysbox server: %s store, admin token in %s\nlistening on http://%s\n", st.Kind(), tokenPath, ln.Addr())
+	fmt.Fprintf(o.Out, "sysbox server: %s store, admin token in %s\n", st.Kind(), tokenPath)
+	if _, err := os.Stat(filepath.Join(o.DataDir, ProjectTokenFile)); err == nil {
+		fmt.Fprintf(o.Out, "project %q: token in %s, one-time agent join token in %s\n", DefaultProject,
+			filepath.Join(o.DataDir, ProjectTokenFile), filepath.Join(o.DataDir, JoinTokenFile))
+	}
+	fmt.Fprintf(o.Out, "listening on http://%s\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -75,6 +88,32 @@ func Run(ctx context.Context, o Options) error {
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	return nil
+}
+
+// DefaultProject is the project a first start creates, with ProjectTokenFile and JoinTokenFile
+// beside the admin token, so that a first lab needs no API call before `sysbox agent` and
+// `sysbox apply --remote`.
+const (
+	DefaultProject   = "default"
+	ProjectTokenFile = "project.token"
+	JoinTokenFile    = "join.token"
+)
+
+func bootstrapDefault(ctx context.Context, st *store.Store, dataDir string) error {
+	p, err := st.CreateProject(ctx, DefaultProject)
+	if err != nil {
+		return fmt.Errorf("default project: %w", err)
+	}
+	for _, f := range []struct{ kind, file string }{{store.TokenProject, ProjectTokenFile}, {store.TokenJoin, JoinTokenFile}} {
+		tok, _, err := st.CreateToken(ctx, f.kind, p.ID, "bootstrap")
+		if err != nil {
+			return fmt.Errorf("default project: %w", err)
+		}
+		if err := durable.WriteFile(filepath.Join(dataDir, f.file), []byte(tok+"\n"), 0o600); err != nil {
+			return fmt.Errorf("default project: %w", err)
+		}
 	}
 	return nil
 }

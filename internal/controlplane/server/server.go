@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -167,6 +168,8 @@ func (s *Server) routes() {
 	handle("POST /v1/agent/runs/{run}/events", s.agent(s.appendEvents))
 	handle("POST /v1/agent/runs/{run}/projections", s.agent(s.putProjections))
 	handle("POST /v1/agent/runs/{run}/complete", s.agent(s.complete))
+	handle("POST /v1/agent/runs/{run}/plan-output", s.agent(s.putRunPlan))
+	handle("GET /v1/projects/{project}/plans/{plan}", s.project(s.getPlanFile))
 }
 
 // statusWriter remembers the status code for the request counter.
@@ -429,21 +432,51 @@ type runRequest struct {
 	Plan   string `json:"plan"`
 	Op     string `json:"op"`
 	Sticky bool   `json:"sticky"`
+	// A run without a plan is a remote command on a workspace's topology revision.
+	Workspace string   `json:"workspace"`
+	Revision  string   `json:"revision"`
+	Args      []string `json:"args"`
+	Requires  []string `json:"requires"`
 }
+
+// Ops are the run kinds: apply and destroy of a stored plan (or as commands), and the remote
+// commands of the CLI. The agent checks each command's arguments against its own list.
+var Ops = []string{"apply", "destroy", "reset", "plan", "state list", "state show", "output"}
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request, project string) {
 	var req runRequest
 	if !decode(w, r, &req) {
 		return
 	}
-	switch req.Op {
-	case "apply", "destroy", "reset":
-	default:
-		writeErr(w, http.StatusBadRequest, fmt.Sprintf("op %q: want apply, destroy or reset", req.Op))
+	if !slices.Contains(Ops, req.Op) {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("op %q: want one of %s", req.Op, strings.Join(Ops, ", ")))
 		return
 	}
-	run, err := s.store.CreateRun(r.Context(), project, req.Plan, req.Op, req.Sticky)
+	if req.Plan != "" && (req.Workspace != "" || req.Revision != "" || len(req.Requires) > 0) {
+		writeErr(w, http.StatusBadRequest, "run: a plan brings its own workspace, revision and requirements")
+		return
+	}
+	if req.Plan == "" && (req.Workspace == "" || req.Revision == "") {
+		writeErr(w, http.StatusBadRequest, "run: name a plan, or a workspace and a revision")
+		return
+	}
+	if req.Plan != "" && req.Op != "apply" && req.Op != "destroy" {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("op %q: a stored plan is applied or destroyed", req.Op))
+		return
+	}
+	run, err := s.store.QueueRun(r.Context(), project, store.RunSpec{Plan: req.Plan, Workspace: req.Workspace, Revision: req.Revision,
+		Op: req.Op, Args: req.Args, Requires: req.Requires, Sticky: req.Sticky})
 	s.reply(w, r, http.StatusCreated, run, err)
+}
+
+func (s *Server) getPlanFile(w http.ResponseWriter, r *http.Request, project string) {
+	_, data, err := s.store.PlanData(r.Context(), project, r.PathValue("plan"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Write(data)
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request, project string) {

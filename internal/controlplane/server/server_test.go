@@ -165,7 +165,7 @@ func testAgentRunLifecycle(t *testing.T, e *env) {
 	if err := docker.Projections(ctx, l, client.Projection{Address: "netns.a", Observation: "present", ExternalID: "sbx-a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := docker.Complete(ctx, l, "succeeded", "1 created"); err != nil {
+	if err := docker.Complete(ctx, l, "succeeded", "1 created", 0); err != nil {
 		t.Fatal(err)
 	}
 	var got store.Run
@@ -222,7 +222,7 @@ func testZombieAgentFenced(t *testing.T, e *env) {
 	if err := a.Renew(ctx, la); !errors.Is(err, client.ErrFenced) {
 		t.Fatalf("zombie renewal: got %v, want fenced", err)
 	}
-	if err := a.Complete(ctx, la, "failed", "zombie"); !errors.Is(err, client.ErrFenced) {
+	if err := a.Complete(ctx, la, "failed", "zombie", 1); !errors.Is(err, client.ErrFenced) {
 		t.Fatalf("zombie completion: got %v, want fenced", err)
 	}
 	// a forging b's epoch is refused too (the lease names its holder).

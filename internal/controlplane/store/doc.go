@@ -13,6 +13,9 @@
 //	cp_agents       id, project, name, public key, capabilities, revoked
 //	cp_tokens       sha256 of the token, kind (admin, project, join), project, used
 //	cp_nonces       agent, nonce, expiry: replay protection for signed requests
+//	cp_run_specs    run, revision, args, exit code, output plan: what a remote command runs
+//	                (a run without a plan names its revision) and how it ended
+//	cp_projection_generations  workspace, address, generation (resets raise it)
 //
 // Invariants:
 //   - No token is stored: only its SHA-256. Plans are the stored-plan files of internal/plans,

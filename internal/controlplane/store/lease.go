@@ -54,6 +54,17 @@ func (s *Store) ClaimRun(ctx context.Context, project, agent string, caps []stri
 		return Lease{}, s.wrap("claim", err)
 	}
 	for _, r := range candidates {
+		if r.Sticky {
+			// The workspace's state lives with the agent that claimed its first sticky run.
+			var holder string
+			err := s.db.QueryRowContext(ctx, s.q(`SELECT agent_id FROM cp_runs WHERE workspace_id = ? AND sticky = 1 AND epoch > 0 ORDER BY created_at, id LIMIT 1`), r.Workspace).Scan(&holder)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return Lease{}, s.wrap("claim "+r.ID, err)
+			}
+			if holder != "" && holder != agent {
+				continue
+			}
+		}
 		expires := now + ttl.Nanoseconds()
 		res, err := s.db.ExecContext(ctx, s.q(`UPDATE cp_runs SET status = 'running', agent_id = ?, epoch = epoch + 1, lease_expires = ?, updated_at = ?
 			WHERE id = ? AND epoch = ? AND `+claimable),
@@ -214,12 +225,14 @@ func (s *Store) Events(ctx context.Context, project, runID string, after int64, 
 
 // Projection is what the control plane knows of one resource of a workspace.
 type Projection struct {
-	Address     string    `json:"address"`
-	Observation string    `json:"observation"`
-	ExternalID  string    `json:"external_id"`
-	Run         string    `json:"run"`
-	Epoch       int64     `json:"epoch"`
-	Updated     time.Time `json:"updated"`
+	Address     string `json:"address"`
+	Observation string `json:"observation"`
+	ExternalID  string `json:"external_id"`
+	// Generation counts the resource's replacements by reset (0: never reset).
+	Generation int64     `json:"generation"`
+	Run        string    `json:"run"`
+	Epoch      int64     `json:"epoch"`
+	Updated    time.Time `json:"updated"`
 }
 
 // PutProjections upserts resource projections of the run's workspace under the fence.
@@ -232,6 +245,11 @@ func (s *Store) PutProjections(ctx context.Context, runID, agent string, epoch i
 				r.Workspace, p.Address, p.Observation, p.ExternalID, runID, epoch, now); err != nil {
 				return s.wrap("projection "+p.Address, err)
 			}
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO cp_projection_generations (workspace_id, address, generation) VALUES (?, ?, ?)
+				ON CONFLICT (workspace_id, address) DO UPDATE SET generation = excluded.generation`),
+				r.Workspace, p.Address, p.Generation); err != nil {
+				return s.wrap("projection "+p.Address, err)
+			}
 		}
 		return nil
 	})
@@ -242,7 +260,9 @@ func (s *Store) Projections(ctx context.Context, project, workspace string) ([]P
 	if _, err := s.Workspace(ctx, project, workspace); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT address, observation, external_id, run_id, epoch, updated_at FROM cp_projections WHERE workspace_id = ? ORDER BY address`), workspace)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT address, observation, external_id,
+		COALESCE((SELECT generation FROM cp_projection_generations g WHERE g.workspace_id = cp_projections.workspace_id AND g.address = cp_projections.address), 0),
+		run_id, epoch, updated_at FROM cp_projections WHERE workspace_id = ? ORDER BY address`), workspace)
 	if err != nil {
 		return nil, s.wrap("projections", err)
 	}
@@ -251,7 +271,7 @@ func (s *Store) Projections(ctx context.Context, project, workspace string) ([]P
 	for rows.Next() {
 		var p Projection
 		var updated int64
-		if err := rows.Scan(&p.Address, &p.Observation, &p.ExternalID, &p.Run, &p.Epoch, &updated); err != nil {
+		if err := rows.Scan(&p.Address, &p.Observation, &p.ExternalID, &p.Generation, &p.Run, &p.Epoch, &updated); err != nil {
 			return nil, s.wrap("projections", err)
 		}
 		p.Updated = timeOf(updated)
@@ -260,9 +280,9 @@ func (s *Store) Projections(ctx context.Context, project, workspace string) ([]P
 	return out, rows.Err()
 }
 
-// CompleteRun records the run's outcome (RunSucceeded or RunFailed) under the fence and ends
-// the lease.
-func (s *Store) CompleteRun(ctx context.Context, runID, agent string, epoch int64, status, result string) error {
+// CompleteRun records the run's outcome (RunSucceeded or RunFailed) and its command's exit
+// code under the fence and ends the lease.
+func (s *Store) CompleteRun(ctx context.Context, runID, agent string, epoch int64, status, result string, exitCode int) error {
 	if status != RunSucceeded && status != RunFailed {
 		return fmt.Errorf("complete run %s: status %q (want %s or %s)", runID, status, RunSucceeded, RunFailed)
 	}
@@ -271,6 +291,28 @@ func (s *Store) CompleteRun(ctx context.Context, runID, agent string, epoch int6
 			status, result, s.now(), runID, epoch); err != nil {
 			return s.wrap("complete "+runID, err)
 		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE cp_run_specs SET exit_code = ? WHERE run_id = ?`), exitCode, runID); err != nil {
+			return s.wrap("complete "+runID, err)
+		}
 		return nil
 	})
+}
+
+// PutRunPlan stores the plan file a plan run made (data, requiring requires) as a plan of the
+// run's workspace and revision, under the fence, and records it as the run's output.
+func (s *Store) PutRunPlan(ctx context.Context, runID, agent string, epoch int64, data []byte, requires []string) (Plan, error) {
+	var p Plan
+	err := s.fenced(ctx, "plan of "+runID, runID, agent, epoch, func(tx *sql.Tx, r Run) error {
+		p = Plan{ID: newID("plan_"), Project: r.Project, Workspace: r.Workspace, Revision: r.Revision, Digest: Digest(data),
+			Requires: decodeList(encodeList(requires)), Created: timeOf(s.now())}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO cp_plans (id, project_id, workspace_id, revision, digest, data, requires, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+			p.ID, p.Project, p.Workspace, p.Revision, p.Digest, data, encodeList(requires), p.Created.UnixNano()); err != nil {
+			return s.wrap("plan of "+runID, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE cp_run_specs SET output_plan = ? WHERE run_id = ?`), p.ID, runID); err != nil {
+			return s.wrap("plan of "+runID, err)
+		}
+		return nil
+	})
+	return p, err
 }

@@ -26,6 +26,15 @@ var migrations = []func(blob string) []string{
 			`CREATE TABLE IF NOT EXISTS cp_nonces (agent_id TEXT NOT NULL, nonce TEXT NOT NULL, expires_at BIGINT NOT NULL, PRIMARY KEY (agent_id, nonce))`,
 		}
 	},
+	// 2: remote commands (a run's revision, arguments, exit code and the plan a plan run
+	// stored) and resource generations in projections. New tables rather than new columns:
+	// every statement stays idempotent on both databases.
+	func(blob string) []string {
+		return []string{
+			`CREATE TABLE IF NOT EXISTS cp_run_specs (run_id TEXT PRIMARY KEY REFERENCES cp_runs (id), revision TEXT NOT NULL, args TEXT NOT NULL, exit_code BIGINT NOT NULL, output_plan TEXT NOT NULL)`,
+			`CREATE TABLE IF NOT EXISTS cp_projection_generations (workspace_id TEXT NOT NULL REFERENCES cp_workspaces (id), address TEXT NOT NULL, generation BIGINT NOT NULL, PRIMARY KEY (workspace_id, address))`,
+		}
+	},
 }
 
 // SchemaVersion is the schema version this build migrates to.

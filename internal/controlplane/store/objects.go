@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -125,8 +126,9 @@ const (
 	RunFailed    = "failed"
 )
 
-// Run is one operation (apply, destroy, ...) of a plan on a workspace, executed by the agent
-// holding its lease.
+// Run is one operation of a workspace, executed by the agent holding its lease: apply or
+// destroy of a stored plan, or a remote command (plan, apply, destroy, reset, state list,
+// state show, output) run on the workspace's topology revision with Args.
 type Run struct {
 	ID        string   `json:"id"`
 	Project   string   `json:"project"`
@@ -136,7 +138,8 @@ type Run struct {
 	Status    string   `json:"status"`
 	Requires  []string `json:"requires"`
 	// Sticky: the workspace's state lives with its agent (a local backend), so after a lapse
-	// only that agent may claim the run again.
+	// only that agent may claim the run again, and a workspace's runs go to the agent that
+	// claimed its first sticky run.
 	Sticky       bool      `json:"sticky"`
 	Agent        string    `json:"agent,omitempty"`
 	Epoch        int64     `json:"epoch"`
@@ -144,19 +147,67 @@ type Run struct {
 	NextSeq      int64     `json:"next_seq"`
 	Result       string    `json:"result,omitempty"`
 	Created      time.Time `json:"created"`
+	// Revision is the topology bundle a run without a plan works on (with a plan: the plan's).
+	Revision string   `json:"revision,omitempty"`
+	Args     []string `json:"args"`
+	// ExitCode is the command's exit code once the run ended (the CLI exits with it).
+	ExitCode int `json:"exit_code"`
+	// OutputPlan is the plan a plan run stored.
+	OutputPlan string `json:"output_plan,omitempty"`
+}
+
+// RunSpec is what a new run does.
+type RunSpec struct {
+	Workspace string   // with Plan: the plan's
+	Plan      string   // a stored plan, or empty for a command on Revision
+	Revision  string   // with Plan: the plan's
+	Op        string   // apply, destroy, reset, plan, state list, state show, output
+	Args      []string // the command's flags and arguments (the agent checks them)
+	Requires  []string // with Plan: the plan's
+	Sticky    bool
 }
 
 // CreateRun queues a run of plan on its workspace; it requires what the plan requires.
 func (s *Store) CreateRun(ctx context.Context, project, planID, op string, sticky bool) (Run, error) {
-	p, _, err := s.PlanData(ctx, project, planID)
-	if err != nil {
-		return Run{}, err
+	return s.QueueRun(ctx, project, RunSpec{Plan: planID, Op: op, Sticky: sticky})
+}
+
+// QueueRun queues a run. With a plan, the run's workspace, revision and requirements are the
+// plan's; without one, the spec names a workspace and a stored revision.
+func (s *Store) QueueRun(ctx context.Context, project string, spec RunSpec) (Run, error) {
+	if spec.Plan != "" {
+		p, _, err := s.PlanData(ctx, project, spec.Plan)
+		if err != nil {
+			return Run{}, err
+		}
+		spec.Workspace, spec.Revision, spec.Requires = p.Workspace, p.Revision, p.Requires
+	} else {
+		if _, err := s.Workspace(ctx, project, spec.Workspace); err != nil {
+			return Run{}, err
+		}
+		if _, err := s.RevisionBundle(ctx, project, spec.Revision); err != nil {
+			return Run{}, err
+		}
 	}
-	r := Run{ID: newID("run_"), Project: project, Workspace: p.Workspace, Plan: p.ID, Op: op, Status: RunQueued,
-		Requires: p.Requires, Sticky: sticky, NextSeq: 1, Created: timeOf(s.now())}
-	if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cp_runs (id, project_id, workspace_id, plan_id, op, status, requires, sticky, agent_id, epoch, lease_expires, next_seq, result, created_at, updated_at)
+	r := Run{ID: newID("run_"), Project: project, Workspace: spec.Workspace, Plan: spec.Plan, Op: spec.Op, Status: RunQueued,
+		Requires: decodeList(encodeList(spec.Requires)), Sticky: spec.Sticky, NextSeq: 1, Created: timeOf(s.now()),
+		Revision: spec.Revision, Args: append([]string{}, spec.Args...)}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Run{}, s.wrap("create run", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO cp_runs (id, project_id, workspace_id, plan_id, op, status, requires, sticky, agent_id, epoch, lease_expires, next_seq, result, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', 0, 0, 1, '', ?, ?)`),
-		r.ID, project, r.Workspace, r.Plan, op, RunQueued, encodeList(r.Requires), boolInt(sticky), r.Created.UnixNano(), r.Created.UnixNano()); err != nil {
+		r.ID, project, r.Workspace, r.Plan, r.Op, RunQueued, encodeList(r.Requires), boolInt(r.Sticky), r.Created.UnixNano(), r.Created.UnixNano()); err != nil {
+		return Run{}, s.wrap("create run", err)
+	}
+	args, _ := json.Marshal(r.Args)
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO cp_run_specs (run_id, revision, args, exit_code, output_plan) VALUES (?, ?, ?, 0, '')`),
+		r.ID, r.Revision, string(args)); err != nil {
+		return Run{}, s.wrap("create run", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return Run{}, s.wrap("create run", err)
 	}
 	return r, nil
@@ -169,19 +220,32 @@ func boolInt(b bool) int {
 	return 0
 }
 
-const runColumns = `id, project_id, workspace_id, plan_id, op, status, requires, sticky, agent_id, epoch, lease_expires, next_seq, result, created_at`
+// runColumns read a run with its spec (runs from before migration 2 have none).
+const runColumns = `id, project_id, workspace_id, plan_id, op, status, requires, sticky, agent_id, epoch, lease_expires, next_seq, result, created_at,
+	COALESCE((SELECT revision FROM cp_run_specs WHERE run_id = cp_runs.id), ''),
+	COALESCE((SELECT args FROM cp_run_specs WHERE run_id = cp_runs.id), '[]'),
+	COALESCE((SELECT exit_code FROM cp_run_specs WHERE run_id = cp_runs.id), 0),
+	COALESCE((SELECT output_plan FROM cp_run_specs WHERE run_id = cp_runs.id), '')`
 
 type scanner interface{ Scan(...any) error }
 
 func scanRun(sc scanner) (Run, error) {
 	var r Run
-	var requires string
+	var requires, args string
 	var sticky int
-	var expires, created int64
-	if err := sc.Scan(&r.ID, &r.Project, &r.Workspace, &r.Plan, &r.Op, &r.Status, &requires, &sticky, &r.Agent, &r.Epoch, &expires, &r.NextSeq, &r.Result, &created); err != nil {
+	var expires, created, exit int64
+	if err := sc.Scan(&r.ID, &r.Project, &r.Workspace, &r.Plan, &r.Op, &r.Status, &requires, &sticky, &r.Agent, &r.Epoch, &expires, &r.NextSeq, &r.Result, &created,
+		&r.Revision, &args, &exit, &r.OutputPlan); err != nil {
 		return Run{}, err
 	}
 	r.Requires, r.Sticky, r.LeaseExpires, r.Created = decodeList(requires), sticky == 1, timeOf(expires), timeOf(created)
+	r.ExitCode = int(exit)
+	if err := json.Unmarshal([]byte(args), &r.Args); err != nil {
+		return Run{}, fmt.Errorf("run %s: args: %w", r.ID, err)
+	}
+	if r.Args == nil {
+		r.Args = []string{}
+	}
 	return r, nil
 }
 

@@ -52,6 +52,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClaimMatchesCapabilities", testClaimCapabilities},
 		{"EpochFencesEveryWrite", testFencing},
 		{"StickyRunReclaimedOnlyByItsAgent", testSticky},
+		{"CommandRunsPlanOutputAffinity", testCommandRuns},
 		{"ConcurrentClaimersOneWinner", testConcurrentClaim},
 		{"ConcurrentAppendsDenseSequence", testConcurrentAppend},
 		{"TokensStoredHashedJoinOnce", testTokens},
@@ -267,12 +268,12 @@ func testFencing(t *testing.T, e env) {
 		t.Fatalf("zombie event: got %v, want a FencedError naming the current epoch %d", err, b.Epoch)
 	}
 	wantErr(t, "zombie projection", s.PutProjections(ctx, run.ID, "agt_a", a.Epoch, []store.Projection{{Address: "netns.a", Observation: "absent"}}), store.ErrFenced)
-	wantErr(t, "zombie completion", s.CompleteRun(ctx, run.ID, "agt_a", a.Epoch, store.RunFailed, "zombie"), store.ErrFenced)
+	wantErr(t, "zombie completion", s.CompleteRun(ctx, run.ID, "agt_a", a.Epoch, store.RunFailed, "zombie", 1), store.ErrFenced)
 	_, err = s.RenewLease(ctx, run.ID, "agt_a", a.Epoch, 30*time.Second)
 	wantErr(t, "zombie renewal", err, store.ErrFenced)
 
 	ok(s.AppendEvents(ctx, run.ID, "agt_b", b.Epoch, []store.Event{{Kind: "resume"}}))(t)
-	if err := s.CompleteRun(ctx, run.ID, "agt_b", b.Epoch, store.RunSucceeded, "ok"); err != nil {
+	if err := s.CompleteRun(ctx, run.ID, "agt_b", b.Epoch, store.RunSucceeded, "ok", 0); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.AppendEvents(ctx, run.ID, "agt_b", b.Epoch, []store.Event{{Kind: "after"}})
@@ -553,4 +554,51 @@ func testMigrate(t *testing.T, e env) {
 	}
 	_, err := e.raw()
 	wantErr(t, "opening a database of a newer schema", err, store.ErrNewerSchema)
+}
+
+// testCommandRuns: a run without a plan names a revision and arguments; a plan run's output
+// plan and exit code are stored under the fence; a workspace's sticky runs go to the agent
+// that claimed its first one; projections carry generations.
+func testCommandRuns(t *testing.T, e env) {
+	s := e.open(t)
+	f := newFixture(t, s, "red")
+	pl, _, err := s.PlanData(ctx, f.project.ID, f.plan.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.QueueRun(ctx, f.project.ID, store.RunSpec{Workspace: f.ws.ID, Revision: "sha256:00", Op: "plan"})
+	wantErr(t, "run of an unknown revision", err, store.ErrNotFound)
+	run := ok(s.QueueRun(ctx, f.project.ID, store.RunSpec{Workspace: f.ws.ID, Revision: pl.Revision, Op: "plan", Args: []string{"--destroy"}, Requires: []string{"driver:netns"}, Sticky: true}))(t)
+	if got := ok(s.Run(ctx, f.project.ID, run.ID))(t); got.Revision != pl.Revision || !slices.Equal(got.Args, []string{"--destroy"}) || got.Plan != "" {
+		t.Fatalf("got run %+v, want revision %s and args [--destroy]", got, pl.Revision)
+	}
+	_, err = s.ClaimRun(ctx, f.project.ID, "agt_a", nil, time.Minute)
+	wantErr(t, "claim without the run's driver", err, store.ErrNoRun)
+	a := ok(s.ClaimRun(ctx, f.project.ID, "agt_a", []string{"driver:netns"}, time.Minute))(t)
+	_, err = s.PutRunPlan(ctx, run.ID, "agt_b", a.Epoch, []byte("plan"), nil)
+	wantErr(t, "plan output by another agent", err, store.ErrFenced)
+	out := ok(s.PutRunPlan(ctx, run.ID, "agt_a", a.Epoch, []byte(`{"plan":"out"}`), []string{"driver:netns"}))(t)
+	if err := s.PutProjections(ctx, run.ID, "agt_a", a.Epoch, []store.Projection{{Address: "netns.a", Observation: "present", ExternalID: "x", Generation: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CompleteRun(ctx, run.ID, "agt_a", a.Epoch, store.RunSucceeded, "planned", 2); err != nil {
+		t.Fatal(err)
+	}
+	got := ok(s.Run(ctx, f.project.ID, run.ID))(t)
+	if got.OutputPlan != out.ID || got.ExitCode != 2 || got.Status != store.RunSucceeded {
+		t.Fatalf("got run %+v, want output plan %s and exit code 2", got, out.ID)
+	}
+	if p, data, err := s.PlanData(ctx, f.project.ID, out.ID); err != nil || string(data) != `{"plan":"out"}` || p.Revision != pl.Revision || p.Workspace != f.ws.ID {
+		t.Fatalf("output plan: %+v %q %v", p, data, err)
+	}
+	if ps := ok(s.Projections(ctx, f.project.ID, f.ws.ID))(t); len(ps) != 1 || ps[0].Generation != 2 {
+		t.Fatalf("got projections %+v, want netns.a at generation 2", ps)
+	}
+	// The workspace is agt_a's now: agt_b, though capable, is not given its next run.
+	next := ok(s.CreateRun(ctx, f.project.ID, out.ID, "apply", true))(t)
+	_, err = s.ClaimRun(ctx, f.project.ID, "agt_b", []string{"driver:netns"}, time.Minute)
+	wantErr(t, "another agent claiming a bound workspace's run", err, store.ErrNoRun)
+	if l := ok(s.ClaimRun(ctx, f.project.ID, "agt_a", []string{"driver:netns"}, time.Minute))(t); l.Run.ID != next.ID {
+		t.Fatalf("got %s, want %s", l.Run.ID, next.ID)
+	}
 }
