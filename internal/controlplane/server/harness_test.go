@@ -138,7 +138,7 @@ func newEnv(t *testing.T, open func(t *testing.T, dir string) (*store.Store, err
 	}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	doc, err := OpenAPI()
+	doc, err := openAPIDoc()
 	if err != nil {
 		t.Fatal(err)
 	}
