@@ -61,7 +61,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 func TestPageInChromium(t *testing.T) {
 	ctx := browser(t)
 	lab := newFakeLab(t)
-	s := NewServer(lab.load)
+	s := NewServer(Loader(lab.load))
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	defer s.Close() // the page's event stream stays open until then

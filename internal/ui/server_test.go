@@ -116,7 +116,7 @@ func generationIn(t testing.TB, data, addr string) uint64 {
 
 func TestGraphEndpoint(t *testing.T) {
 	lab := newFakeLab(t)
-	ts := httptest.NewServer(NewServer(lab.load).Handler())
+	ts := httptest.NewServer(NewServer(Loader(lab.load)).Handler())
 	defer ts.Close()
 	resp, err := http.Get(ts.URL + "/api/graph")
 	if err != nil {
@@ -142,7 +142,7 @@ func TestGraphEndpoint(t *testing.T) {
 
 func TestEventsStreamChangesAndResume(t *testing.T) {
 	lab := newFakeLab(t)
-	s := NewServer(lab.load)
+	s := NewServer(Loader(lab.load))
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -188,7 +188,7 @@ func TestEventsStreamChangesAndResume(t *testing.T) {
 func TestLoadErrorIsPublished(t *testing.T) {
 	lab := newFakeLab(t)
 	lab.err = errors.New("read state: local backend: /x/state: checksum mismatch")
-	s := NewServer(lab.load)
+	s := NewServer(Loader(lab.load))
 	if err := s.Poll(context.Background()); err == nil {
 		t.Fatal("Poll: got nil error, want the load error")
 	}
@@ -203,7 +203,7 @@ func TestLoadErrorIsPublished(t *testing.T) {
 }
 
 func TestHandlerRefuses(t *testing.T) {
-	h := NewServer(newFakeLab(t).load).Handler()
+	h := NewServer(Loader(newFakeLab(t).load)).Handler()
 	for _, tc := range []struct {
 		name, method, host, path string
 		want                     int
@@ -222,5 +222,69 @@ func TestHandlerRefuses(t *testing.T) {
 				t.Errorf("%s %s (Host %s): got %d, want %d", tc.method, tc.path, tc.host, rec.Code, tc.want)
 			}
 		})
+	}
+}
+
+// versioned is a source that stamps its graphs with a version, as the control plane does.
+type versioned struct {
+	mu      sync.Mutex
+	lab     *fakeLab
+	version string
+}
+
+func (v *versioned) Graph(ctx context.Context) (*Graph, error) {
+	g, err := v.lab.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	g.Version = v.version
+	return g, nil
+}
+
+func (v *versioned) set(version string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.version = version
+}
+
+// TestSourceVersionIsEventID: a source's version is the event id, so a client resumes with it
+// against a restarted server (or another replica) without a repeat; a changed graph under an
+// unchanged version still reaches open streams under an id of its own.
+func TestSourceVersionIsEventID(t *testing.T) {
+	src := &versioned{lab: newFakeLab(t), version: "run_a.7.p100"}
+	first := NewServer(src)
+	if err := first.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if id, _, _ := first.current(); id != "run_a.7.p100" {
+		t.Fatalf("event id: got %q, want the source's version run_a.7.p100", id)
+	}
+
+	// A second server over the same data (a restart) lets a client resume from that id.
+	s := NewServer(src)
+	mux := http.NewServeMux()
+	mux.Handle("/w/x/", http.StripPrefix("/w/x", s.Mux()))
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := openEvents(t, ctx, ts.URL+"/w/x", "run_a.7.p100")
+	src.lab.reset(t, "sysbox_node.server")
+	src.set("run_a.9.p200")
+	if err := s.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := readEvent(t, r); ev.id != "run_a.9.p200" || generationIn(t, ev.data, "sysbox_node.server") != 2 {
+		t.Fatalf("resume from run_a.7.p100: got first id %q, want run_a.9.p200 with generation 2", ev.id)
+	}
+	src.lab.reset(t, "sysbox_node.client")
+	if err := s.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := readEvent(t, r); ev.id == "run_a.9.p200" || !strings.HasPrefix(ev.id, "run_a.9.p200.") || generationIn(t, ev.data, "sysbox_node.client") != 2 {
+		t.Fatalf("changed graph under the same version: got id %q, want a new id run_a.9.p200.N with client generation 2", ev.id)
 	}
 }
