@@ -39,6 +39,8 @@ var _ Source = Loader(nil)
 type Server struct {
 	src Source
 
+	pollMu sync.Mutex // one load at a time: a slower, older load never replaces a newer graph
+
 	mu      sync.Mutex
 	n       uint64        // graphs published (ids when the source sets no version)
 	id      string        // event id of body
@@ -59,6 +61,8 @@ func (s *Server) Close() { s.once.Do(func() { close(s.done) }) }
 // Poll loads the graph once and publishes it as a new event if it differs from the last one.
 // A load error is published as a graph carrying the error, so the page says why it is empty.
 func (s *Server) Poll(ctx context.Context) error {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
 	g, err := s.src.Graph(ctx)
 	if err != nil {
 		g = &Graph{Error: err.Error(), Elements: []Element{}, Edges: []Edge{}}

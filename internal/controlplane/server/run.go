@@ -63,6 +63,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("server listen %s: %w", o.Listen, err)
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs.RegisterOnShutdown(srv.Close)
 	fmt.Fprintf(o.Out, "sysbox server: %s store, admin token in %s\nlistening on http://%s\n", st.Kind(), tokenPath, ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
