@@ -25,8 +25,8 @@ type source struct {
 	project, workspace string
 
 	mu   sync.Mutex
-	plan string       // id of the cached plan
-	p    *plans.Plan  // plans are immutable: decoded once
+	plan string      // id of the cached plan
+	p    *plans.Plan // plans are immutable: decoded once
 }
 
 var _ ui.Source = (*source)(nil)

@@ -29,17 +29,17 @@ var ctx = context.Background()
 // rig is a view over a real SQLite store holding two projects, each with a project token and
 // a workspace; project A's workspace has a run of a three-resource plan claimed by an agent.
 type rig struct {
-	t                  *testing.T
-	st                 *store.Store
-	view               *View
-	ts                 *httptest.Server
-	a, b               store.Project
-	tokA, tokB, join   string
-	admin              string
-	wsA, wsB           store.Workspace
-	run                store.Run
-	agent              string
-	epoch              int64
+	t                *testing.T
+	st               *store.Store
+	view             *View
+	ts               *httptest.Server
+	a, b             store.Project
+	tokA, tokB, join string
+	admin            string
+	wsA, wsB         store.Workspace
+	run              store.Run
+	agent            string
+	epoch            int64
 }
 
 // must returns v, or panics on err (a setup step that cannot fail unless the test is broken;
@@ -258,7 +258,7 @@ func TestAccess(t *testing.T) {
 	// from the address.
 	jar := must(cookiejar.New(nil))
 	browser := &http.Client{Jar: jar}
-	resp := must(browser.Get(r.ts.URL+"/ui/?token="+r.tokA))
+	resp := must(browser.Get(r.ts.URL + "/ui/?token=" + r.tokA))
 	list := string(must(io.ReadAll(resp.Body)))
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Request.URL.RawQuery != "" || !strings.Contains(list, `href="w/`+r.wsA.ID+`/"`) || strings.Contains(list, r.wsB.ID) {
