@@ -75,6 +75,7 @@ resource "sysbox_firewall" "web" {
 const secret = "webui-test-web-token-plaintext"
 
 type proc struct {
+	cmd  *exec.Cmd
 	mu   sync.Mutex
 	out  bytes.Buffer
 	line chan string
@@ -93,7 +94,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	c.Env = append(append(os.Environ(), "WEB_TOKEN="+secret), env...)
 	r, w := io.Pipe()
 	c.Stdout, c.Stderr = w, w
-	p := &proc{line: make(chan string, 1000)}
+	p := &proc{cmd: c, line: make(chan string, 1000)}
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +189,8 @@ type rig struct {
 	user, other      api
 	project, ws      string
 	agentDir, labDir string
+	agentData        string
+	agent            *proc
 }
 
 func newRig(t *testing.T) *rig {
@@ -210,16 +213,28 @@ func newRig(t *testing.T) *rig {
 	r.ws = ws.ID
 	admin.call("POST", "/v1/projects/"+p.ID+"/tokens", map[string]string{"kind": "join", "name": "host"}, &join, 201)
 
-	data := filepath.Join(r.work, "agent")
-	r.agentDir = filepath.Join(data, "workspaces", r.ws)
+	r.agentData = filepath.Join(r.work, "agent")
+	r.agentDir = filepath.Join(r.agentData, "workspaces", r.ws)
 	r.labDir = filepath.Join(r.work, "lab")
 	// Registered before the agent starts, so it runs after the agent is killed: whatever
 	// happened, destroy the lab and check nothing of it is left.
 	t.Cleanup(r.destroy)
-	ag := start(t, []string{"SYSBOX_JOIN_TOKEN=" + join.Token}, "agent", "--server", r.url, "--data", data, "--name", "host",
-		"--drivers", "netns,nftables", "--poll", "100ms")
-	ag.waitLine(t, "sysbox agent ")
+	r.startAgent("SYSBOX_JOIN_TOKEN=" + join.Token)
 	return r
+}
+
+// startAgent starts the agent (joining with env's token the first time; later with the
+// identity kept in its data directory).
+func (r *rig) startAgent(env ...string) {
+	r.agent = start(r.t, env, "agent", "--server", r.url, "--data", r.agentData, "--name", "host",
+		"--drivers", "netns,nftables", "--poll", "100ms")
+	r.agent.waitLine(r.t, "sysbox agent ")
+}
+
+// stopAgent kills the (idle) agent: runs queued meanwhile stay queued.
+func (r *rig) stopAgent() {
+	r.agent.cmd.Process.Kill()
+	r.agent.cmd.Wait()
 }
 
 func (r *rig) sysbox(dir string, args ...string) (string, error) {
@@ -401,13 +416,16 @@ func TestControlPlaneUIInChromium(t *testing.T) {
 	// Reported, not asserted: timing depends on the machine.
 	t.Logf("run 1: projection stored → shown present: %s", strings.Join(lag, ", "))
 
-	// A second run adds a node: planned, it shows as config-only at once; applied, present.
+	// A second run adds a node. Queued while no agent is up (so the page cannot skip the
+	// state), it shows as config-only; applied, present.
+	r.stopAgent()
 	run2 := r.queue(3)
 	const added = "sysbox_node.web[2]"
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(li(added)+`[data-diff="config-only"]`)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(li(added)+`[data-diff="config-only"][data-observation="absent"]`)); err != nil {
 		t.Fatalf("%s of the queued run never shown: %v", added, err)
 	}
 	uitest.Screenshot(t, ctx, "cp-ui-run2-queued.png")
+	r.startAgent()
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(li(added)+`[data-observation="present"]`)); err != nil {
 		t.Fatalf("%s never present on the page: %v", added, err)
 	}
