@@ -22,6 +22,7 @@ import (
 	"zyvor.dev/sysbox/internal/handlers"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/ui"
+	"zyvor.dev/sysbox/internal/ui/uitest"
 )
 
 var ctx = context.Background()
@@ -304,27 +305,9 @@ func TestAccess(t *testing.T) {
 	}
 }
 
-type sse struct{ id, data string }
+type sse = uitest.Event
 
-func next(t *testing.T, rd *bufio.Reader) sse {
-	t.Helper()
-	var ev sse
-	for {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("read event: %v", err)
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "" && ev.id != "":
-			return ev
-		case strings.HasPrefix(line, "id: "):
-			ev.id = line[4:]
-		case strings.HasPrefix(line, "data: "):
-			ev.data = line[6:]
-		}
-	}
-}
+func next(t *testing.T, rd *bufio.Reader) sse { return uitest.ReadEvent(t, rd) }
 
 func (r *rig) events(c context.Context, last string) *bufio.Reader {
 	r.t.Helper()
@@ -348,7 +331,7 @@ func until(t *testing.T, rd *bufio.Reader, what string, ok func(sse) bool) sse {
 		if ev := next(t, rd); ok(ev) {
 			return ev
 		} else {
-			t.Logf("waiting for %s: event %s", what, ev.id)
+			t.Logf("waiting for %s: event %s", what, ev.ID)
 		}
 	}
 }
@@ -370,13 +353,13 @@ func TestEventsFollowTheStoreAndResume(t *testing.T) {
 	defer cancel()
 	rd := r.events(c, "")
 	first := next(t, rd)
-	if observation(t, first.data, "sysbox_node.web") != "absent" {
+	if observation(t, first.Data, "sysbox_node.web") != "absent" {
 		t.Fatalf("first event: web is not absent")
 	}
 	r.progress([]string{"sysbox_node.web: created"}, store.Projection{Address: "sysbox_node.web", Observation: "present", ExternalID: "sbx-web"})
-	second := until(t, rd, "web present", func(ev sse) bool { return observation(t, ev.data, "sysbox_node.web") == "present" })
-	if second.id == first.id {
-		t.Fatalf("after the projection: the id stayed %q", first.id)
+	second := until(t, rd, "web present", func(ev sse) bool { return observation(t, ev.Data, "sysbox_node.web") == "present" })
+	if second.ID == first.ID {
+		t.Fatalf("after the projection: the id stayed %q", first.ID)
 	}
 
 	// A new view over the same store, as after a restart.
@@ -388,13 +371,13 @@ func TestEventsFollowTheStoreAndResume(t *testing.T) {
 	r.ts = httptest.NewServer(mux)
 	defer r.ts.Close()
 	defer r.view.Close()
-	rd = r.events(c, second.id)
+	rd = r.events(c, second.ID)
 	r.progress(nil, store.Projection{Address: "sysbox_firewall.web", Observation: "present", ExternalID: "sbx-fw"})
 	third := next(t, rd)
-	if third.id == second.id {
-		t.Fatalf("resumed from %s: the first event repeats it", second.id)
+	if third.ID == second.ID {
+		t.Fatalf("resumed from %s: the first event repeats it", second.ID)
 	}
-	if observation(t, third.data, "sysbox_firewall.web") != "present" {
-		until(t, rd, "firewall present", func(ev sse) bool { return observation(t, ev.data, "sysbox_firewall.web") == "present" })
+	if observation(t, third.Data, "sysbox_firewall.web") != "present" {
+		until(t, rd, "firewall present", func(ev sse) bool { return observation(t, ev.Data, "sysbox_firewall.web") == "present" })
 	}
 }

@@ -4,10 +4,12 @@
 package uitest
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -59,4 +61,30 @@ func Screenshot(t *testing.T, ctx context.Context, name string) string {
 	}
 	t.Logf("screenshot: %s", p)
 	return p
+}
+
+// Event is one Server-Sent Event.
+type Event struct{ ID, Name, Data string }
+
+// ReadEvent reads the next event with an id from an event stream (comments skipped).
+func ReadEvent(t testing.TB, r *bufio.Reader) Event {
+	t.Helper()
+	var ev Event
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read event: %v (so far %+v)", err, ev)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "" && ev.ID != "":
+			return ev
+		case strings.HasPrefix(line, "id: "):
+			ev.ID = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			ev.Name = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			ev.Data = line[6:]
+		}
+	}
 }
