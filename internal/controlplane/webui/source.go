@@ -51,10 +51,9 @@ func (s *source) Graph(ctx context.Context) (*ui.Graph, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	var run *store.Run
+	run := latestChange(runs)
 	var plan *plans.Plan
-	if len(runs) > 0 {
-		run = &runs[len(runs)-1]
+	if run != nil {
 		if plan, err = s.planOf(ctx, run.Plan); err != nil {
 			return nil, fmt.Errorf("%s: run %s: %w", where, run.ID, err)
 		}
@@ -76,6 +75,20 @@ func (s *source) Graph(ctx context.Context) (*ui.Graph, error) {
 		}
 	}
 	return g, nil
+}
+
+// latestChange is the latest run that changes the lab (apply, destroy, reset) with a stored
+// plan: runs of other kinds (a remote command reading state) say nothing of what is desired.
+func latestChange(runs []store.Run) *store.Run {
+	for i := len(runs) - 1; i >= 0; i-- {
+		switch runs[i].Op {
+		case "apply", "destroy", "reset":
+			if runs[i].Plan != "" {
+				return &runs[i]
+			}
+		}
+	}
+	return nil
 }
 
 func (s *source) planOf(ctx context.Context, id string) (*plans.Plan, error) {
