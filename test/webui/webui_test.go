@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,66 +73,10 @@ resource "sysbox_firewall" "web" {
 // secret is the plaintext of env("WEB_TOKEN"): the agent's drivers get it, the view never.
 const secret = "webui-test-web-token-plaintext"
 
-type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	line chan string
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
 // start runs sysbox with args; it is killed when the test ends.
-func start(t *testing.T, env []string, args ...string) *proc {
+func start(t *testing.T, env []string, args ...string) *testenv.Proc {
 	t.Helper()
-	c := exec.Command(binary, args...)
-	c.Env = append(append(os.Environ(), "WEB_TOKEN="+secret), env...)
-	r, w := io.Pipe()
-	c.Stdout, c.Stderr = w, w
-	p := &proc{cmd: c, line: make(chan string, 1000)}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.out.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			select {
-			case p.line <- sc.Text():
-			default:
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		c.Process.Kill()
-		c.Wait()
-		w.Close()
-		if t.Failed() {
-			t.Logf("sysbox %v output:\n%s", args, p.output())
-		}
-	})
-	return p
-}
-
-func (p *proc) waitLine(t *testing.T, prefix string) string {
-	t.Helper()
-	deadline := time.After(60 * time.Second)
-	for {
-		select {
-		case l := <-p.line:
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-		case <-deadline:
-			t.Fatalf("no line starting %q within 60 s:\n%s", prefix, p.output())
-		}
-	}
+	return testenv.Start(t, append([]string{"WEB_TOKEN=" + secret}, env...), binary, args...)
 }
 
 type api struct {
@@ -190,14 +133,14 @@ type rig struct {
 	project, ws      string
 	agentDir, labDir string
 	agentData        string
-	agent            *proc
+	agent            *testenv.Proc
 }
 
 func newRig(t *testing.T) *rig {
 	testenv.RequireRoot(t)
 	r := &rig{t: t, work: t.TempDir()}
 	srv := start(t, nil, "server", "--data", filepath.Join(r.work, "server"), "--listen", "127.0.0.1:0")
-	r.url = "http://" + strings.TrimPrefix(srv.waitLine(t, "listening on "), "listening on http://")
+	r.url = "http://" + strings.TrimPrefix(srv.WaitLine(t, "listening on ", time.Minute), "listening on http://")
 	tok, err := os.ReadFile(filepath.Join(r.work, "server", "admin.token"))
 	if err != nil {
 		t.Fatal(err)
@@ -228,13 +171,13 @@ func newRig(t *testing.T) *rig {
 func (r *rig) startAgent(env ...string) {
 	r.agent = start(r.t, env, "agent", "--server", r.url, "--data", r.agentData, "--name", "host",
 		"--drivers", "netns,nftables", "--poll", "100ms")
-	r.agent.waitLine(r.t, "sysbox agent ")
+	r.agent.WaitLine(r.t, "sysbox agent ", time.Minute)
 }
 
 // stopAgent kills the (idle) agent: runs queued meanwhile stay queued.
 func (r *rig) stopAgent() {
-	r.agent.cmd.Process.Kill()
-	r.agent.cmd.Wait()
+	r.agent.Cmd.Process.Kill()
+	r.agent.Cmd.Wait()
 }
 
 func (r *rig) sysbox(dir string, args ...string) (string, error) {
