@@ -31,11 +31,30 @@ const (
 
 // Graph is the topology as the page and /api/graph see it.
 type Graph struct {
-	Lineage  string    `json:"lineage,omitempty"`
-	Serial   uint64    `json:"serial"`
+	// Title names what is shown (the control plane: project and workspace).
+	Title   string `json:"title,omitempty"`
+	Lineage string `json:"lineage,omitempty"`
+	Serial  uint64 `json:"serial"`
+	// Version, when the source sets it, identifies the stored data this graph was built from
+	// and is its event id (see Server).
+	Version  string    `json:"version,omitempty"`
 	Error    string    `json:"error,omitempty"` // why configuration or state could not be read
 	Elements []Element `json:"elements"`
 	Edges    []Edge    `json:"edges"`
+	// Run is the latest run and its progress lines, when the source knows runs.
+	Run *Run `json:"run,omitempty"`
+}
+
+// Run is an operation on the topology and its progress so far.
+type Run struct {
+	ID     string `json:"id"`
+	Op     string `json:"op"`
+	Status string `json:"status"`
+	Result string `json:"result,omitempty"`
+	// Lines are the run's last progress lines, oldest first; Seq is the first one's sequence
+	// number in the run's log (earlier ones were left out).
+	Seq   int64    `json:"seq"`
+	Lines []string `json:"lines"`
 }
 
 // Element is one resource instance.

@@ -2,66 +2,25 @@ package ui
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"zyvor.dev/sysbox/internal/testenv"
+	"zyvor.dev/sysbox/internal/ui/uitest"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
-
-var screenshotDir = flag.String("screenshots", "", "write the page test's screenshots to `DIR` (default: the test's temp dir)")
-
-// browser starts headless Debian chromium with a throwaway profile.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	bin := testenv.RequireBinary(t, "chromium")
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 720))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox) // chromium refuses to sandbox as root
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
-	// Start the browser now so that a missing or broken chromium fails here, named.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	return ctx
-}
-
-func screenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	dir := *screenshotDir
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s", p)
-}
 
 // TestPageInChromium loads the page from the real handler in headless chromium: every element
 // of the quickstart appears in the DOM with its observation and on the canvas, a click shows
 // its details, and a reset arrives through /events without a reload.
 func TestPageInChromium(t *testing.T) {
-	ctx := browser(t)
+	ctx := uitest.Browser(t)
 	lab := newFakeLab(t)
-	s := NewServer(lab.load)
+	s := NewServer(Loader(lab.load))
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	defer s.Close() // the page's event stream stays open until then
@@ -93,7 +52,7 @@ func TestPageInChromium(t *testing.T) {
 	if drawn != len(want) {
 		t.Errorf("canvas: got %d graph nodes, want %d", drawn, len(want))
 	}
-	screenshot(t, ctx, "ui-present.png")
+	uitest.Screenshot(t, ctx, "ui-present.png")
 
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(server)),
 		chromedp.WaitVisible(chromedp.CSS(`#details[data-address="sysbox_node.server"]`))); err != nil {
@@ -119,7 +78,7 @@ func TestPageInChromium(t *testing.T) {
 	}
 	// Reported, not asserted: timing depends on the machine.
 	t.Logf("reset to page: %v", time.Since(start))
-	screenshot(t, ctx, "ui-after-reset.png")
+	uitest.Screenshot(t, ctx, "ui-after-reset.png")
 
 	// A refresh that finds the node's process gone records it absent: the page follows.
 	lab.observe(t, "sysbox_node.client", substrate.Absent)
@@ -129,5 +88,5 @@ func TestPageInChromium(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#elements li[data-address="sysbox_node.client"][data-observation="absent"]`))); err != nil {
 		t.Fatalf("absent client did not reach the page: %v", err)
 	}
-	screenshot(t, ctx, "ui-client-absent.png")
+	uitest.Screenshot(t, ctx, "ui-client-absent.png")
 }

@@ -14,6 +14,7 @@ import (
 
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/states"
+	"zyvor.dev/sysbox/internal/ui/uitest"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -60,30 +61,8 @@ func newFakeLab(t testing.TB) *fakeLab {
 	return &fakeLab{top: top, st: applied(t, top, 1)}
 }
 
-type sseEvent struct{ id, name, data string }
-
-// readEvent reads the next event (comments skipped).
-func readEvent(t testing.TB, r *bufio.Reader) sseEvent {
-	t.Helper()
-	var ev sseEvent
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("read event: %v (so far %+v)", err, ev)
-		}
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case line == "" && ev.id != "":
-			return ev
-		case strings.HasPrefix(line, "id: "):
-			ev.id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			ev.name = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			ev.data = line[6:]
-		}
-	}
-}
+// readEvent reads the next event.
+func readEvent(t testing.TB, r *bufio.Reader) uitest.Event { return uitest.ReadEvent(t, r) }
 
 func openEvents(t testing.TB, ctx context.Context, url, lastID string) *bufio.Reader {
 	t.Helper()
@@ -116,7 +95,7 @@ func generationIn(t testing.TB, data, addr string) uint64 {
 
 func TestGraphEndpoint(t *testing.T) {
 	lab := newFakeLab(t)
-	ts := httptest.NewServer(NewServer(lab.load).Handler())
+	ts := httptest.NewServer(NewServer(Loader(lab.load)).Handler())
 	defer ts.Close()
 	resp, err := http.Get(ts.URL + "/api/graph")
 	if err != nil {
@@ -142,7 +121,7 @@ func TestGraphEndpoint(t *testing.T) {
 
 func TestEventsStreamChangesAndResume(t *testing.T) {
 	lab := newFakeLab(t)
-	s := NewServer(lab.load)
+	s := NewServer(Loader(lab.load))
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -150,8 +129,8 @@ func TestEventsStreamChangesAndResume(t *testing.T) {
 
 	r := openEvents(t, ctx, ts.URL, "")
 	ev := readEvent(t, r)
-	if ev.id != "1" || ev.name != "graph" || generationIn(t, ev.data, "sysbox_node.server") != 1 {
-		t.Fatalf("first event: got id %q name %q, want 1 graph with generation 1", ev.id, ev.name)
+	if ev.ID != "1" || ev.Name != "graph" || generationIn(t, ev.Data, "sysbox_node.server") != 1 {
+		t.Fatalf("first event: got id %q name %q, want 1 graph with generation 1", ev.ID, ev.Name)
 	}
 	// An unchanged graph is no event.
 	if err := s.Poll(ctx); err != nil {
@@ -162,10 +141,10 @@ func TestEventsStreamChangesAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev = readEvent(t, r)
-	if ev.id != "2" || generationIn(t, ev.data, "sysbox_node.server") != 2 {
-		t.Fatalf("after reset: got id %q, want 2 with generation 2", ev.id)
+	if ev.ID != "2" || generationIn(t, ev.Data, "sysbox_node.server") != 2 {
+		t.Fatalf("after reset: got id %q, want 2 with generation 2", ev.ID)
 	}
-	if strings.Contains(ev.data, "PRIVATE-") {
+	if strings.Contains(ev.Data, "PRIVATE-") {
 		t.Errorf("event carries private envelope content")
 	}
 
@@ -175,20 +154,20 @@ func TestEventsStreamChangesAndResume(t *testing.T) {
 	if err := s.Poll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ev := readEvent(t, r2); ev.id != "3" || generationIn(t, ev.data, "sysbox_node.client") != 2 {
-		t.Fatalf("resume from 2: got first id %q, want 3 with client generation 2", ev.id)
+	if ev := readEvent(t, r2); ev.ID != "3" || generationIn(t, ev.Data, "sysbox_node.client") != 2 {
+		t.Fatalf("resume from 2: got first id %q, want 3 with client generation 2", ev.ID)
 	}
 	// A client that missed events gets the latest graph at once.
 	r3 := openEvents(t, ctx, ts.URL, "1")
-	if ev := readEvent(t, r3); ev.id != "3" || generationIn(t, ev.data, "sysbox_node.server") != 2 {
-		t.Fatalf("resume from 1: got id %q, want 3 with server generation 2", ev.id)
+	if ev := readEvent(t, r3); ev.ID != "3" || generationIn(t, ev.Data, "sysbox_node.server") != 2 {
+		t.Fatalf("resume from 1: got id %q, want 3 with server generation 2", ev.ID)
 	}
 }
 
 func TestLoadErrorIsPublished(t *testing.T) {
 	lab := newFakeLab(t)
 	lab.err = errors.New("read state: local backend: /x/state: checksum mismatch")
-	s := NewServer(lab.load)
+	s := NewServer(Loader(lab.load))
 	if err := s.Poll(context.Background()); err == nil {
 		t.Fatal("Poll: got nil error, want the load error")
 	}
@@ -203,7 +182,7 @@ func TestLoadErrorIsPublished(t *testing.T) {
 }
 
 func TestHandlerRefuses(t *testing.T) {
-	h := NewServer(newFakeLab(t).load).Handler()
+	h := NewServer(Loader(newFakeLab(t).load)).Handler()
 	for _, tc := range []struct {
 		name, method, host, path string
 		want                     int
@@ -222,5 +201,69 @@ func TestHandlerRefuses(t *testing.T) {
 				t.Errorf("%s %s (Host %s): got %d, want %d", tc.method, tc.path, tc.host, rec.Code, tc.want)
 			}
 		})
+	}
+}
+
+// versioned is a source that stamps its graphs with a version, as the control plane does.
+type versioned struct {
+	mu      sync.Mutex
+	lab     *fakeLab
+	version string
+}
+
+func (v *versioned) Graph(ctx context.Context) (*Graph, error) {
+	g, err := v.lab.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	g.Version = v.version
+	return g, nil
+}
+
+func (v *versioned) set(version string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.version = version
+}
+
+// TestSourceVersionIsEventID: a source's version is the event id, so a client resumes with it
+// against a restarted server (or another replica) without a repeat; a changed graph under an
+// unchanged version still reaches open streams under an id of its own.
+func TestSourceVersionIsEventID(t *testing.T) {
+	src := &versioned{lab: newFakeLab(t), version: "run_a.7.p100"}
+	first := NewServer(src)
+	if err := first.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if id, _, _ := first.current(); id != "run_a.7.p100" {
+		t.Fatalf("event id: got %q, want the source's version run_a.7.p100", id)
+	}
+
+	// A second server over the same data (a restart) lets a client resume from that id.
+	s := NewServer(src)
+	mux := http.NewServeMux()
+	mux.Handle("/w/x/", http.StripPrefix("/w/x", s.Mux()))
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := openEvents(t, ctx, ts.URL+"/w/x", "run_a.7.p100")
+	src.lab.reset(t, "sysbox_node.server")
+	src.set("run_a.9.p200")
+	if err := s.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := readEvent(t, r); ev.ID != "run_a.9.p200" || generationIn(t, ev.Data, "sysbox_node.server") != 2 {
+		t.Fatalf("resume from run_a.7.p100: got first id %q, want run_a.9.p200 with generation 2", ev.ID)
+	}
+	src.lab.reset(t, "sysbox_node.client")
+	if err := s.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := readEvent(t, r); ev.ID == "run_a.9.p200" || !strings.HasPrefix(ev.ID, "run_a.9.p200.") || generationIn(t, ev.Data, "sysbox_node.client") != 2 {
+		t.Fatalf("changed graph under the same version: got id %q, want a new id run_a.9.p200.N with client generation 2", ev.ID)
 	}
 }

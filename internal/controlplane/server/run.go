@@ -71,6 +71,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("server listen %s: %w", o.Listen, err)
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs.RegisterOnShutdown(srv.Close)
 	fmt.Fprintf(o.Out, "sysbox server: %s store, admin token in %s\n", st.Kind(), tokenPath)
 	if _, err := os.Stat(filepath.Join(o.DataDir, ProjectTokenFile)); err == nil {
 		fmt.Fprintf(o.Out, "project %q: token in %s, one-time agent join token in %s\n", DefaultProject,

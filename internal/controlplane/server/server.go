@@ -26,6 +26,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"zyvor.dev/sysbox/internal/controlplane/store"
+	"zyvor.dev/sysbox/internal/controlplane/webui"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/internal/plans"
 )
@@ -91,6 +92,9 @@ type Server struct {
 	// Now is the clock signatures are checked with.
 	Now func() time.Time
 
+	// UI is the read-only web view at /ui/.
+	UI *webui.View
+
 	reg       *prometheus.Registry
 	requests  *prometheus.CounterVec
 	refused   *prometheus.CounterVec
@@ -127,6 +131,9 @@ func New(st *store.Store, key ed25519.PrivateKey, log *slog.Logger) (*Server, er
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
+// Close ends the web view's open event streams (http.Server.Shutdown waits for them).
+func (s *Server) Close() { s.UI.Close() }
+
 // Routes lists the /v1 routes served ("METHOD /path/{param}"), sorted.
 func (s *Server) Routes() []string {
 	out := append([]string{}, s.patterns...)
@@ -146,6 +153,8 @@ func (s *Server) routes() {
 		w.Write(s.doc)
 	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.UI = webui.New(s.store, s.key, s.log)
+	m.Handle("/ui/", s.UI.Handler())
 
 	handle("GET /v1/projects", s.user(s.listProjects))
 	handle("POST /v1/projects", s.user(s.createProject))

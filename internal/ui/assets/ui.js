@@ -1,4 +1,5 @@
-// sysbox ui: renders /events graph snapshots with cytoscape and mirrors every element into
+// sysbox ui: renders the graph snapshots of the events stream (a relative URL: the page also
+// works under the control plane's /ui/w/WORKSPACE/) with cytoscape and mirrors every element into
 // the DOM list (#elements li[data-address][data-observation]) for scripts and tests.
 "use strict";
 (function () {
@@ -150,14 +151,31 @@
   cy.on("tap", "node", (ev) => { if (ev.target.data("kind") !== "module") select(ev.target.id()); });
 
   const status = document.getElementById("status");
-  const es = new EventSource("/events");
+  function renderRun(run) {
+    const box = document.getElementById("run");
+    box.hidden = !run;
+    if (!run) return;
+    box.dataset.run = run.id;
+    box.dataset.status = run.status;
+    document.getElementById("run-head").textContent = run.op + " " + run.id + " · " + run.status + (run.result ? " · " + run.result : "");
+    const pre = document.getElementById("run-lines");
+    pre.textContent = run.lines.join("\n");
+    pre.scrollTop = pre.scrollHeight;
+  }
+
+  const es = new EventSource("events");
   es.addEventListener("graph", (ev) => {
     const g = JSON.parse(ev.data);
     status.dataset.eventId = ev.lastEventId;
     status.dataset.serial = String(g.serial);
-    status.textContent = "event " + ev.lastEventId + " · state serial " + g.serial + " · " + g.elements.length + " elements" +
+    if (g.title) {
+      document.getElementById("title").textContent = g.title;
+      document.title = g.title + " · sysbox ui";
+    }
+    status.textContent = "event " + ev.lastEventId + (g.serial ? " · state serial " + g.serial : "") + " · " + g.elements.length + " elements" +
       (g.error ? " · error: " + g.error : "");
     render(g);
+    renderRun(g.run);
   });
   es.onerror = () => { status.textContent = "disconnected, retrying…"; };
 })();
