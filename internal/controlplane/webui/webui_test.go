@@ -186,7 +186,7 @@ func TestGraphFromProjectionsAndPlan(t *testing.T) {
 	r := newRig(t)
 	r.progress([]string{"sysbox_network.lan: creating", "sysbox_network.lan: created"},
 		store.Projection{Address: "sysbox_network.lan", Observation: "present", ExternalID: "sbx-lan"},
-		store.Projection{Address: "sysbox_node.old", Observation: "present", ExternalID: "sbx-old"})
+		store.Projection{Address: "sysbox_node.old", Observation: "present", ExternalID: "sbx-old", Generation: 3})
 	code, body, h := r.get(http.DefaultClient, "/ui/w/"+r.wsA.ID+"/api/graph", r.tokA)
 	if code != 200 {
 		t.Fatalf("api/graph: got %d %s", code, body)
@@ -208,6 +208,9 @@ func TestGraphFromProjectionsAndPlan(t *testing.T) {
 		if e.Observation != w.obs || e.Diff != w.diff || e.ExternalID != w.ext || e.Driver != w.driver {
 			t.Errorf("%s: got %s/%q/%q/%s, want %s/%q/%q/%s", w.addr, e.Observation, e.Diff, e.ExternalID, e.Driver, w.obs, w.diff, w.ext, w.driver)
 		}
+	}
+	if e := element(t, &g, "sysbox_node.old"); e.Generation != 3 {
+		t.Errorf("sysbox_node.old: generation %d, want the projection's 3", e.Generation)
 	}
 	if e := element(t, &g, "sysbox_firewall.web"); e.Node != "sysbox_node.web" || e.Kind != ui.KindFirewall {
 		t.Errorf("firewall: got kind %s on %q, want firewall on sysbox_node.web", e.Kind, e.Node)
