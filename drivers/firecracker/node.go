@@ -75,7 +75,7 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	if err := d.boot(ctx, &r); err != nil {
+	if err := d.configure(ctx, &r); err != nil {
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return nodeHandle(r, dir), nil
@@ -95,9 +95,10 @@ func artifactPath(id *substrate.ArtifactIdentity) string {
 	return ""
 }
 
-// boot starts a fresh VMM process for r and sends its pre-boot configuration (machine, kernel,
-// root drive, and the network interfaces already attached), recording the process identity.
-func (d *Driver) boot(ctx context.Context, r *nodeRecord) error {
+// configure starts a fresh VMM process for r and sends its pre-boot configuration (machine,
+// kernel, root drive, and the network interfaces already attached), recording the process
+// identity.
+func (d *Driver) configure(ctx context.Context, r *nodeRecord) error {
 	dir := d.nodeDir(r.Name)
 	pid, start, err := d.spawn(ctx, dir, r.Name)
 	if err != nil {
@@ -144,45 +145,60 @@ func (d *Driver) describe(ctx context.Context, r nodeRecord) (InstanceInfo, erro
 	return c.Describe(ctx)
 }
 
-// StartNode boots the guest: vsock device, then InstanceStart. A node whose VMM process is gone
-// (stopped, host rebooted) gets a fresh process configured from its record first.
+// StartNode boots the guest (vsock device, then InstanceStart; a Paused guest is resumed), waits
+// for its agent to answer on vsock and applies the recorded guest network. A node whose VMM
+// process is gone (stopped, host rebooted) gets a fresh process configured from its record
+// first.
 func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substrate.NodeSpec) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	r, err := d.owned(h.ExternalID, spec.Owner)
+	r, err := d.boot(ctx, h, spec.Owner)
 	if err != nil {
 		return err
 	}
+	// Unlocked: other nodes go on while this guest boots.
+	if err := d.applyNetwork(ctx, r, r.Network); err != nil {
+		return fmt.Errorf("firecracker node %s: %w", r.Name, err)
+	}
+	return nil
+}
+
+// boot gets the node's guest running and returns its record.
+func (d *Driver) boot(ctx context.Context, h substrate.Handle, o substrate.Owner) (nodeRecord, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, err := d.owned(h.ExternalID, o)
+	if err != nil {
+		return r, err
+	}
 	what := "firecracker node " + r.Name
 	if !isOurVMM(r.PID, r.StartTime, r.Socket) {
-		if err := d.boot(ctx, &r); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+		if err := d.configure(ctx, &r); err != nil {
+			return r, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	c, err := NewClient(r.Socket)
 	if err != nil {
-		return err
+		return r, err
 	}
 	defer c.Close()
 	info, err := c.Describe(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return r, fmt.Errorf("%s: %w", what, err)
 	}
 	switch info.State {
 	case StateRunning:
-		return nil
+		return r, nil
 	case StatePaused:
-		return c.PatchVM(ctx, VMResumed)
+		return r, c.PatchVM(ctx, VMResumed)
 	}
 	uds := filepath.Join(d.nodeDir(r.Name), vsockFile)
 	_ = os.Remove(uds) // a stale socket of an earlier process of this node
 	if err := c.PutVsock(ctx, Vsock{GuestCID: guestCID, UDSPath: uds}); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return r, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := c.InstanceStart(ctx); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return r, fmt.Errorf("%s: %w", what, err)
 	}
-	return nil
+	return r, nil
 }
 
 // ObserveNode reports the node: Absent without its directory; Unknown when the state directory

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -41,9 +42,16 @@ type Options struct {
 
 // Hooks are called, under the simulator's lock, when the VMM would touch host devices.
 type Hooks struct {
-	// Start runs at InstanceStart and at a resumed snapshot load with the TAPs (iface_id →
-	// host_dev_name) and the vsock uds_path ("" without vsock). An error fails the request.
-	Start func(taps map[string]string, udsPath string) error
+	// Start runs at InstanceStart and at a snapshot load with the network interfaces (sorted by
+	// iface_id) and the vsock uds_path ("" without vsock). An error fails the request.
+	Start func(nics []NIC, udsPath string) error
+}
+
+// NIC is one configured network interface as the device side sees it.
+type NIC struct {
+	IfaceID     string
+	HostDevName string
+	GuestMAC    string // "" when Firecracker would pick one
 }
 
 // Entry is one line of the request log.
@@ -468,19 +476,20 @@ func (s *Sim) instanceStart() *fault {
 // startDevices checks every TAP still exists (the VMM holds it open from here on) and runs the
 // Start hook.
 func (s *Sim) startDevices() *fault {
-	taps := map[string]string{}
+	var nics []NIC
 	for id, n := range s.vm.Interfaces {
 		if !s.opts.TapExists(n.HostDevName) {
 			return badRequest("Open tap device failed: %s (interface %s): no such TAP device", n.HostDevName, id)
 		}
-		taps[id] = n.HostDevName
+		nics = append(nics, NIC{IfaceID: id, HostDevName: n.HostDevName, GuestMAC: n.GuestMAC})
 	}
+	sort.Slice(nics, func(i, j int) bool { return nics[i].IfaceID < nics[j].IfaceID })
 	uds := ""
 	if s.vm.Vsock != nil {
 		uds = s.vm.Vsock.UDSPath
 	}
 	if s.opts.Hooks.Start != nil {
-		if err := s.opts.Hooks.Start(taps, uds); err != nil {
+		if err := s.opts.Hooks.Start(nics, uds); err != nil {
 			return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("starting devices: %v", err)}
 		}
 	}
