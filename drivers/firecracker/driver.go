@@ -44,6 +44,8 @@ type Options struct {
 	StateDir string
 	// ReadyTimeout bounds the wait for a started guest's agent (default DefaultReadyTimeout).
 	ReadyTimeout time.Duration
+	// NoSnapshots turns the reset fast path off: every generation boots cold.
+	NoSnapshots bool
 }
 
 // Driver implements the firecracker driver's capabilities. It is safe for concurrent use.
@@ -51,6 +53,7 @@ type Driver struct {
 	binary       string
 	stateDir     string
 	readyTimeout time.Duration
+	snapshots    bool
 	// mu serialises read-modify-write of node records within this process.
 	mu sync.Mutex
 }
@@ -66,7 +69,7 @@ var (
 
 // New returns a driver. It starts nothing.
 func New(opts Options) *Driver {
-	d := &Driver{binary: opts.Binary, stateDir: opts.StateDir, readyTimeout: opts.ReadyTimeout}
+	d := &Driver{binary: opts.Binary, stateDir: opts.StateDir, readyTimeout: opts.ReadyTimeout, snapshots: !opts.NoSnapshots}
 	if d.readyTimeout <= 0 {
 		d.readyTimeout = DefaultReadyTimeout
 	}
@@ -121,6 +124,14 @@ type nodeRecord struct {
 	VCPUs      int                  `json:"vcpus"`
 	MemMiB     int                  `json:"mem_mib"`
 	NICs       map[string]nicRecord `json:"nics,omitempty"` // by attachment name
+	// BaselineDigest is the rootfs baseline's resolved digest.
+	BaselineDigest string `json:"baseline_digest,omitempty"`
+	// Snapshot describes this generation's snapshot of its booted baseline (DIR/snapshot),
+	// complete and not yet handed to a next generation.
+	Snapshot *snapshotMeta `json:"snapshot,omitempty"`
+	// Restore describes the snapshot (DIR/restore) this generation's process loads instead of
+	// booting cold; cleared once loaded.
+	Restore *snapshotMeta `json:"restore,omitempty"`
 	// Network is the guest network configuration the agent applies after every boot.
 	Network *guestagent.NetworkConfig `json:"network,omitempty"`
 	// PendingTAPs are TAPs about to be created (an intent): a link of that name without a

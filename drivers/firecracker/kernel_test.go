@@ -23,6 +23,7 @@ import (
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/drivertest"
 	"zyvor.dev/sysbox/internal/feature"
+	"zyvor.dev/sysbox/internal/guestagent"
 	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -103,6 +104,7 @@ func TestNodeRequestSequence(t *testing.T) {
 		"GET /", "PUT /network-interfaces/eth0", // attach: pre-boot check, then the interface
 		"GET /",                               // guest network: recorded; the guest is not running yet
 		"GET /", "PUT /vsock", "PUT /actions", // start (the agent applies the guest network over vsock)
+		"PATCH /vm", "PUT /snapshot/create", "PATCH /vm", // the booted baseline, for the next reset
 		"GET /", // observe
 	}
 	if strings.Join(ops, "\n") != strings.Join(want, "\n") {
@@ -448,6 +450,22 @@ func TestGuestNetworkAndTraffic(t *testing.T) {
 	}
 	if res := run("sh", "-c", "echo out; echo err >&2; exit 3"); res.ExitCode != 3 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
 		t.Fatalf("exec: got exit %d stdout %q stderr %q; want 3, out, err", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	// A Paused guest's vCPUs stop: its agent does not answer until it is resumed.
+	r, err := e.d.readRecord(h.ExternalID)
+	must(t, err)
+	c, err := NewClient(r.Socket)
+	must(t, err)
+	defer c.Close()
+	must(t, c.PatchVM(ctx, VMPaused))
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := e.d.withAgent(pctx, r, func(ag *guestagent.Client) error { return ag.Ping(pctx) }); err == nil {
+		t.Fatal("the agent of a Paused guest answered guest-ping")
+	}
+	must(t, c.PatchVM(ctx, VMResumed))
+	if res := run("true"); res.ExitCode != 0 {
+		t.Fatalf("exec after resume: exit %d", res.ExitCode)
 	}
 	// A stopped node has no agent: exec fails as unavailable instead of hanging.
 	must(t, e.d.StopNode(ctx, h, o))

@@ -127,6 +127,10 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 	if err := d.writeRecord(r); err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", what, err)
 	}
+	if r.Restore != nil {
+		// The snapshot brings the interface; the load points it at this TAP (network_overrides).
+		return nicState(spec, n, o), nil
+	}
 	c, err := NewClient(r.Socket)
 	if err != nil {
 		return substrate.AttachmentState{}, err

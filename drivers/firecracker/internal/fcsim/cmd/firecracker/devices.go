@@ -244,6 +244,21 @@ func setMAC(ns netns.NsHandle, name, mac string) error {
 	return nil
 }
 
+// pause stops or continues the guest's processes, as a paused VMM stops its vCPUs: a paused
+// guest's agent does not answer.
+func (d *devices) pause(paused bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.guest == nil || d.guest.Process == nil {
+		return nil
+	}
+	sig := syscall.SIGCONT
+	if paused {
+		sig = syscall.SIGSTOP
+	}
+	return d.guest.Process.Signal(sig)
+}
+
 func (d *devices) serveVsock(ln net.Listener) {
 	for {
 		c, err := ln.Accept()

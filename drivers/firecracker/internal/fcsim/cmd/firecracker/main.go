@@ -3,6 +3,8 @@
 // PATH and runs until SIGTERM, SIGINT or SIGKILL. FCSIM_REQUEST_LOG names a file that receives
 // one JSON line per request (appended). The simulated guest (see devices.go) runs sysbox-guest:
 // FCSIM_GUEST_AGENT names it, else sysbox-guest beside this binary is used.
+// FCSIM_SNAPSHOT_LEDGER names a file shared by all simulator processes that refuses a second
+// restore of one snapshot.
 package main
 
 import (
@@ -47,7 +49,8 @@ func run() error {
 	}
 	dev := newDevices(*id, *sock)
 	defer dev.close()
-	sim, err := fcsim.New(fcsim.Options{ID: *id, RequestLog: logw, Hooks: fcsim.Hooks{Start: dev.start}})
+	sim, err := fcsim.New(fcsim.Options{ID: *id, RequestLog: logw, Hooks: fcsim.Hooks{Start: dev.start, Pause: dev.pause},
+		SnapshotLedger: os.Getenv("FCSIM_SNAPSHOT_LEDGER")})
 	if err != nil {
 		return err
 	}
