@@ -43,6 +43,8 @@ func newKernelEnv(t *testing.T) *kernelEnv {
 		topo: drivertest.RandomTopology()}
 	e.log = filepath.Join(stateDir(t), "requests.jsonl")
 	t.Setenv("FCSIM_REQUEST_LOG", e.log) // the driver's VMM processes inherit it
+	// Every snapshot restored in the test is recorded: a second restore is refused.
+	t.Setenv("FCSIM_SNAPSHOT_LEDGER", filepath.Join(stateDir(t), "snapshot-ledger"))
 	t.Cleanup(func() { scrub(t, e.d, e.topo) })
 	e.br = testBridge(t, substrate.Owner{Topology: e.topo, Address: "sysbox_network.lan", Type: "sysbox_network", Generation: 1})
 	return e

@@ -66,7 +66,6 @@ func gen(o substrate.Owner, g uint64) substrate.Owner {
 // boots cold again.
 func TestResetFastPath(t *testing.T) {
 	e := newKernelEnv(t)
-	t.Setenv("FCSIM_SNAPSHOT_LEDGER", filepath.Join(stateDir(t), "ledger"))
 	ctx := context.Background()
 	o1 := e.owner("vm")
 	h1 := e.startedNode(t, o1, nil, substrate.Owner{}, "198.18.7.10")
