@@ -97,6 +97,12 @@ type InstanceInfo struct {
 	VMMVersion string        `json:"vmm_version"`
 }
 
+// partialDrive is the contract's PartialDrive (PATCH /drives/{drive_id}).
+type partialDrive struct {
+	DriveID    string `json:"drive_id"`
+	PathOnHost string `json:"path_on_host"`
+}
+
 type instanceAction struct {
 	ActionType string `json:"action_type"`
 }

@@ -94,6 +94,16 @@ func (c *Client) PutDrive(ctx context.Context, d Drive) error {
 	return c.do(ctx, http.MethodPut, "/drives/"+url.PathEscape(d.DriveID), d, nil)
 }
 
+// PatchDrive sends PATCH /drives/{drive_id} with a new path_on_host. Post-boot only (a
+// restored guest is "booted"): the VMM reopens the drive on that file.
+func (c *Client) PatchDrive(ctx context.Context, driveID, pathOnHost string) error {
+	d := Drive{DriveID: driveID, PathOnHost: pathOnHost}
+	if err := d.validate(); err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPatch, "/drives/"+url.PathEscape(driveID), partialDrive{DriveID: driveID, PathOnHost: pathOnHost}, nil)
+}
+
 // PutNetworkInterface sends PUT /network-interfaces/{iface_id}. Pre-boot only; the TAP named
 // HostDevName must already exist (Firecracker never creates one).
 func (c *Client) PutNetworkInterface(ctx context.Context, n NetworkInterface) error {

@@ -78,11 +78,15 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
-func newSimEnv(t *testing.T, dir string) *simEnv {
+// newSimEnv serves a fresh simulator; ledger, when given, is its snapshot ledger.
+func newSimEnv(t *testing.T, dir string, ledger ...string) *simEnv {
 	t.Helper()
 	env := &simEnv{dir: dir, log: &lockedBuffer{}, taps: map[string]bool{"tap0": true, "tap1": true}}
-	sim, err := fcsim.New(fcsim.Options{ID: "node-a", RequestLog: env.log,
-		TapExists: func(name string) bool { return env.taps[name] }})
+	opts := fcsim.Options{ID: "node-a", RequestLog: env.log, TapExists: func(name string) bool { return env.taps[name] }}
+	if len(ledger) > 0 {
+		opts.SnapshotLedger = ledger[0]
+	}
+	sim, err := fcsim.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +199,35 @@ func TestBootPauseSnapshotRestore(t *testing.T) {
 	must(t, json.Unmarshal(e.Body, &body))
 	if ov, _ := body["network_overrides"].([]any); len(ov) != 1 {
 		t.Fatalf("load body %s: want one network override", e.Body)
+	}
+}
+
+// TestSnapshotRestoredOnce: with a ledger shared by the simulator processes, a snapshot is
+// restored at most once; PATCH /drives is post-boot only and reopens the new file.
+func TestSnapshotRestoredOnce(t *testing.T) {
+	ctx := context.Background()
+	dir := shortDir(t)
+	ledger := filepath.Join(dir, "ledger")
+	a := newSimEnv(t, dir, ledger)
+	a.configure(t, ctx)
+	wantFault(t, a.client.PatchDrive(ctx, "rootfs", a.file(t, "rootfs.ext4")), "before starting")
+	must(t, a.client.InstanceStart(ctx))
+	wantFault(t, a.client.PatchDrive(ctx, "rootfs", filepath.Join(dir, "no-such-disk")), "no such file")
+	wantFault(t, a.client.PatchDrive(ctx, "data", a.file(t, "rootfs.ext4")), "no such drive")
+	must(t, a.client.PatchVM(ctx, VMPaused))
+	snap, mem := filepath.Join(dir, "snap"), filepath.Join(dir, "mem")
+	must(t, a.client.CreateSnapshot(ctx, SnapshotCreate{SnapshotPath: snap, MemFilePath: mem, SnapshotType: "Full"}))
+	load := SnapshotLoad{SnapshotPath: snap, MemFilePath: mem, NetworkOverrides: []NetworkOverride{{IfaceID: "eth0", HostDevName: "tap1"}}}
+	b := newSimEnv(t, dir, ledger)
+	load.VsockOverride = &VsockOverride{UDSPath: filepath.Join(dir, "v2.sock")}
+	must(t, b.client.LoadSnapshot(ctx, load))
+	must(t, b.client.PatchDrive(ctx, "rootfs", a.file(t, "rootfs.ext4")))
+	must(t, b.client.PatchVM(ctx, VMResumed))
+	c := newSimEnv(t, dir, ledger)
+	load.VsockOverride = &VsockOverride{UDSPath: filepath.Join(dir, "v3.sock")}
+	wantFault(t, c.client.LoadSnapshot(ctx, load), "restored before")
+	if info, _ := c.client.Describe(ctx); info.State != StateNotStarted {
+		t.Fatalf("after a refused load: got %q, want %q", info.State, StateNotStarted)
 	}
 }
 

@@ -4,7 +4,7 @@
 // an attachment is a TAP device on the network's sysbox bridge.
 //
 // Capabilities: artifact (local rootfs images and kernels, by sha256), node-lifecycle, nic,
-// node-state, reset, audit.
+// node-state, reset, audit, guest-exec.
 //
 // Invariants:
 //   - Names: a node generation is "fc-<10 hex of the owner>-g<generation>" (its directory under
@@ -23,8 +23,10 @@
 //   - Order: CreateNode starts the VMM and sends machine-config, boot-source and the root drive;
 //     Attach creates the TAP and sends the network interface (pre-boot only: Firecracker has no
 //     NIC hotplug, so attaching to a booted guest is feature.ErrNotSupported);
-//     ConfigureGuestNetwork puts the address on the kernel command line (ip=); StartNode sends
-//     the vsock device and InstanceStart.
+//     ConfigureGuestNetwork records the guest network; StartNode sends the vsock device and
+//     InstanceStart, then waits for the guest agent (sysbox-guest, vsock port AgentPort through
+//     the uds_path CONNECT handshake) and applies the recorded network through it, on every
+//     boot. Exec goes through the same agent.
 //   - Disks: the rootfs artifact is an immutable baseline opened read-only; each generation
 //     boots its own sparse copy, checked against the resolved digest while copying
 //     (driver.ErrDigestMismatch). The kernel is only read.

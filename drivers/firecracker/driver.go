@@ -9,9 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/guestagent"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -40,12 +42,18 @@ type Options struct {
 	Binary string
 	// StateDir holds the node directories (default DefaultStateDir).
 	StateDir string
+	// ReadyTimeout bounds the wait for a started guest's agent (default DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+	// NoSnapshots turns the reset fast path off: every generation boots cold.
+	NoSnapshots bool
 }
 
 // Driver implements the firecracker driver's capabilities. It is safe for concurrent use.
 type Driver struct {
-	binary   string
-	stateDir string
+	binary       string
+	stateDir     string
+	readyTimeout time.Duration
+	snapshots    bool
 	// mu serialises read-modify-write of node records within this process.
 	mu sync.Mutex
 }
@@ -56,11 +64,15 @@ var (
 	_ driver.NodeState = (*Driver)(nil)
 	_ driver.Resetter  = (*Driver)(nil)
 	_ driver.Auditor   = (*Driver)(nil)
+	_ driver.GuestExec = (*Driver)(nil)
 )
 
 // New returns a driver. It starts nothing.
 func New(opts Options) *Driver {
-	d := &Driver{binary: opts.Binary, stateDir: opts.StateDir}
+	d := &Driver{binary: opts.Binary, stateDir: opts.StateDir, readyTimeout: opts.ReadyTimeout, snapshots: !opts.NoSnapshots}
+	if d.readyTimeout <= 0 {
+		d.readyTimeout = DefaultReadyTimeout
+	}
 	if d.binary == "" {
 		d.binary = "firecracker"
 	}
@@ -76,7 +88,7 @@ func Register(r *driver.Registry) error { return r.Register(New(Options{})) }
 // Descriptor declares the capabilities below.
 func (d *Driver) Descriptor() driver.Descriptor {
 	return driver.Descriptor{Name: Name, Version: Version, Capabilities: []driver.Capability{
-		driver.CapArtifact, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapReset, driver.CapAudit}}
+		driver.CapArtifact, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState, driver.CapReset, driver.CapAudit, driver.CapGuestExec}}
 }
 
 // NodeName is the node generation's name: its directory, the VMM's --id, the handle's external
@@ -112,6 +124,16 @@ type nodeRecord struct {
 	VCPUs      int                  `json:"vcpus"`
 	MemMiB     int                  `json:"mem_mib"`
 	NICs       map[string]nicRecord `json:"nics,omitempty"` // by attachment name
+	// BaselineDigest is the rootfs baseline's resolved digest.
+	BaselineDigest string `json:"baseline_digest,omitempty"`
+	// Snapshot describes this generation's snapshot of its booted baseline (DIR/snapshot),
+	// complete and not yet handed to a next generation.
+	Snapshot *snapshotMeta `json:"snapshot,omitempty"`
+	// Restore describes the snapshot (DIR/restore) this generation's process loads instead of
+	// booting cold; cleared once loaded.
+	Restore *snapshotMeta `json:"restore,omitempty"`
+	// Network is the guest network configuration the agent applies after every boot.
+	Network *guestagent.NetworkConfig `json:"network,omitempty"`
 	// PendingTAPs are TAPs about to be created (an intent): a link of that name without a
 	// marker is this node's only when its name is listed here.
 	PendingTAPs []string `json:"pending_taps,omitempty"`

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -22,6 +23,7 @@ import (
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/driver/drivertest"
 	"zyvor.dev/sysbox/internal/feature"
+	"zyvor.dev/sysbox/internal/guestagent"
 	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -41,6 +43,8 @@ func newKernelEnv(t *testing.T) *kernelEnv {
 		topo: drivertest.RandomTopology()}
 	e.log = filepath.Join(stateDir(t), "requests.jsonl")
 	t.Setenv("FCSIM_REQUEST_LOG", e.log) // the driver's VMM processes inherit it
+	// Every snapshot restored in the test is recorded: a second restore is refused.
+	t.Setenv("FCSIM_SNAPSHOT_LEDGER", filepath.Join(stateDir(t), "snapshot-ledger"))
 	t.Cleanup(func() { scrub(t, e.d, e.topo) })
 	e.br = testBridge(t, substrate.Owner{Topology: e.topo, Address: "sysbox_network.lan", Type: "sysbox_network", Generation: 1})
 	return e
@@ -100,8 +104,9 @@ func TestNodeRequestSequence(t *testing.T) {
 		"GET /", // create: the fresh process answers
 		"PUT /machine-config", "PUT /boot-source", "PUT /drives/rootfs",
 		"GET /", "PUT /network-interfaces/eth0", // attach: pre-boot check, then the interface
-		"GET /", "PUT /boot-source", // guest network on the kernel command line
-		"GET /", "PUT /vsock", "PUT /actions", // start
+		"GET /",                               // guest network: recorded; the guest is not running yet
+		"GET /", "PUT /vsock", "PUT /actions", // start (the agent applies the guest network over vsock)
+		"PATCH /vm", "PUT /snapshot/create", "PATCH /vm", // the booted baseline, for the next reset
 		"GET /", // observe
 	}
 	if strings.Join(ops, "\n") != strings.Join(want, "\n") {
@@ -113,10 +118,10 @@ func TestNodeRequestSequence(t *testing.T) {
 	if nic.HostDevName != TAPName(o, "eth0") || nic.GuestMAC != aspec.MAC || nic.IfaceID != "eth0" {
 		t.Fatalf("network interface %+v: want TAP %s, guest_mac %s", nic, TAPName(o, "eth0"), aspec.MAC)
 	}
-	var boot BootSource
-	must(t, json.Unmarshal(reqs[7].Body, &boot))
-	if want := "ip=198.51.100.10::198.51.100.1:255.255.255.0::eth0:off"; !strings.Contains(boot.BootArgs, want) {
-		t.Fatalf("boot_args %q: want %q", boot.BootArgs, want)
+	// The guest has its address and default route, set by the agent after boot.
+	res, err := e.d.Exec(ctx, h, substrate.ExecRequest{Argv: []string{"ip", "-4", "-o", "addr", "show", "dev", "eth0"}})
+	if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), "inet 198.51.100.10/24") {
+		t.Fatalf("guest address: got %q %q exit %d, %v; want inet 198.51.100.10/24 on eth0", res.Stdout, res.Stderr, res.ExitCode, err)
 	}
 
 	// The TAP: a persistent tap device carrying the node's marker, a port of the bridge.
@@ -336,23 +341,9 @@ func TestRecoverVMM(t *testing.T) {
 
 // TestVMMHostSide: at InstanceStart the VMM opens the driver's TAP with Firecracker's flags
 // (the TAP gains carrier only then), and the node's vsock uds_path answers the host-initiated
-// "CONNECT <port>" handshake with a byte stream to the guest port.
+// "CONNECT <port>" handshake with a byte stream to the guest port: port 52 is the guest agent.
 func TestVMMHostSide(t *testing.T) {
 	e := newKernelEnv(t)
-	guest := stateDir(t)
-	t.Setenv("FCSIM_GUEST_VSOCK_DIR", guest)
-	ln, err := net.Listen("unix", filepath.Join(guest, "52.sock"))
-	must(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }() // an echo "guest agent"
-		}
-	}()
 	ctx := context.Background()
 	o := e.owner("vm")
 	spec := e.art.spec(o)
@@ -386,10 +377,10 @@ func TestVMMHostSide(t *testing.T) {
 	if err != nil || !strings.HasPrefix(ok, "OK ") {
 		t.Fatalf("CONNECT 52: got %q, %v; want OK <port>", ok, err)
 	}
-	_, err = io.WriteString(c, "guest-ping\n")
+	_, err = io.WriteString(c, `{"execute":"guest-ping"}`+"\n")
 	must(t, err)
-	if got, err := r.ReadString('\n'); err != nil || got != "guest-ping\n" {
-		t.Fatalf("stream through vsock: got %q, %v", got, err)
+	if got, err := r.ReadString('\n'); err != nil || strings.TrimSpace(got) != `{"return":{}}` {
+		t.Fatalf("guest-ping through vsock: got %q, %v; want {\"return\":{}}", got, err)
 	}
 	// No guest listener on the port: the connection ends without OK.
 	c2, err := net.Dial("unix", vs)
@@ -400,4 +391,99 @@ func TestVMMHostSide(t *testing.T) {
 	if b, _ := io.ReadAll(c2); len(b) != 0 {
 		t.Fatalf("CONNECT to a port nobody listens on: got %q, want the connection closed", b)
 	}
+}
+
+// TestGuestNetworkAndTraffic: a guest with two NICs on two bridges gets every declared address
+// and the default route through the agent; frames flow both ways between the guest and a host
+// address on the bridge (busybox ping from each side); exec returns output and exit codes.
+func TestGuestNetworkAndTraffic(t *testing.T) {
+	e := newKernelEnv(t)
+	ctx := context.Background()
+	br2 := testBridge(t, substrate.Owner{Topology: e.topo, Address: "sysbox_network.wan", Type: "sysbox_network", Generation: 1})
+	hostAddr(t, e.br.ExternalID, "198.18.7.1/24")
+	o := e.owner("vm")
+	spec := e.art.spec(o)
+	h, err := e.d.CreateNode(ctx, spec)
+	must(t, err)
+	lan, err := e.d.Attach(ctx, h, substrate.AttachmentSpec{Owner: o, Node: o.Address, Name: "lan", Network: e.br,
+		IPv4: []string{"198.18.7.10/24", "198.18.7.11/24"}, Gateway: "198.18.7.1", MAC: "02:00:c6:12:07:0a"})
+	must(t, err)
+	wan, err := e.d.Attach(ctx, h, substrate.AttachmentSpec{Owner: o, Node: o.Address, Name: "wan", Network: br2,
+		IPv4: []string{"198.18.8.10/24"}, MAC: "02:00:c6:12:08:0a"})
+	must(t, err)
+	routes := []substrate.Route{{To: "198.18.9.0/24", Via: "198.18.8.1"}}
+	must(t, e.d.ConfigureGuestNetwork(ctx, h, []substrate.AttachmentState{lan, wan}, routes))
+	must(t, e.d.StartNode(ctx, h, spec))
+
+	run := func(argv ...string) substrate.ExecResult {
+		t.Helper()
+		res, err := e.d.Exec(ctx, h, substrate.ExecRequest{Argv: argv, Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatalf("exec %q: %v", argv, err)
+		}
+		return res
+	}
+	addrs := string(run("ip", "-4", "-o", "addr", "show").Stdout)
+	for _, want := range []string{"198.18.7.10/24", "198.18.7.11/24", "198.18.8.10/24"} {
+		if !strings.Contains(addrs, "inet "+want) {
+			t.Errorf("guest addresses %q: want %s", addrs, want)
+		}
+	}
+	rt := string(run("ip", "-4", "route", "show").Stdout)
+	for _, want := range []string{"default via 198.18.7.1", "198.18.9.0/24 via 198.18.8.1"} {
+		if !strings.Contains(rt, want) {
+			t.Errorf("guest routes %q: want %q", rt, want)
+		}
+	}
+	// Each guest NIC carries the MAC its attachment declared.
+	links := string(run("ip", "-o", "link", "show").Stdout)
+	for _, mac := range []string{lan.MAC, wan.MAC} {
+		if !strings.Contains(links, mac) {
+			t.Errorf("guest links %q: want mac %s", links, mac)
+		}
+	}
+	if res := run("busybox", "ping", "-c", "1", "-W", "5", "198.18.7.1"); res.ExitCode != 0 {
+		t.Fatalf("guest -> host ping: exit %d\n%s%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	for _, ip := range []string{"198.18.7.10", "198.18.7.11"} {
+		if out, err := exec.CommandContext(ctx, "busybox", "ping", "-c", "1", "-W", "5", ip).CombinedOutput(); err != nil {
+			t.Fatalf("host -> guest ping %s: %v\n%s", ip, err, out)
+		}
+	}
+	if res := run("sh", "-c", "echo out; echo err >&2; exit 3"); res.ExitCode != 3 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
+		t.Fatalf("exec: got exit %d stdout %q stderr %q; want 3, out, err", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	// A Paused guest's vCPUs stop: its agent does not answer until it is resumed.
+	r, err := e.d.readRecord(h.ExternalID)
+	must(t, err)
+	c, err := NewClient(r.Socket)
+	must(t, err)
+	defer c.Close()
+	must(t, c.PatchVM(ctx, VMPaused))
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := e.d.withAgent(pctx, r, func(ag *guestagent.Client) error { return ag.Ping(pctx) }); err == nil {
+		t.Fatal("the agent of a Paused guest answered guest-ping")
+	}
+	must(t, c.PatchVM(ctx, VMResumed))
+	if res := run("true"); res.ExitCode != 0 {
+		t.Fatalf("exec after resume: exit %d", res.ExitCode)
+	}
+	// A stopped node has no agent: exec fails as unavailable instead of hanging.
+	must(t, e.d.StopNode(ctx, h, o))
+	if _, err := e.d.Exec(ctx, h, substrate.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, driver.ErrUnavailable) {
+		t.Fatalf("exec in a stopped node: got %v, want driver.ErrUnavailable", err)
+	}
+}
+
+// hostAddr puts prefix on link (a test bridge) and brings it up, so the host can talk to guests.
+func hostAddr(t *testing.T, link, prefix string) {
+	t.Helper()
+	l, err := netlink.LinkByName(link)
+	must(t, err)
+	a, err := netlink.ParseAddr(prefix)
+	must(t, err)
+	must(t, netlink.AddrAdd(l, a))
+	t.Cleanup(func() { _ = netlink.AddrDel(l, a) })
+	must(t, netlink.LinkSetUp(l))
 }

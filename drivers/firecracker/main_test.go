@@ -1,15 +1,37 @@
 package firecracker
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
 // simBinary is the contract-checking stand-in for the firecracker executable (fcsim), built
-// once for the package's tests.
+// once for the package's tests, with the guest agent (sysbox-guest) beside it: the simulator
+// runs that agent as its guest.
 var simBinary string
 
 func TestMain(m *testing.M) {
-	testenv.MainWithBinary(m, &simBinary, "zyvor.dev/sysbox/drivers/firecracker/internal/fcsim/cmd/firecracker")
+	dir, err := os.MkdirTemp("", "sysbox-fcsim-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err == nil {
+		simBinary = filepath.Join(dir, "firecracker")
+		err = testenv.GoBuild("zyvor.dev/sysbox/drivers/firecracker/internal/fcsim/cmd/firecracker", simBinary)
+	}
+	if err == nil {
+		err = testenv.GoBuild("zyvor.dev/sysbox/cmd/sysbox-guest", filepath.Join(dir, "sysbox-guest"))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -127,6 +127,10 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 	if err := d.writeRecord(r); err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", what, err)
 	}
+	if r.Restore != nil {
+		// The snapshot brings the interface; the load points it at this TAP (network_overrides).
+		return nicState(spec, n, o), nil
+	}
 	c, err := NewClient(r.Socket)
 	if err != nil {
 		return substrate.AttachmentState{}, err
@@ -196,80 +200,40 @@ func (d *Driver) Detach(_ context.Context, node substrate.Handle, st substrate.A
 	return nil
 }
 
-// ConfigureGuestNetwork sets the guest's address through the kernel command line (`ip=`), the
-// one channel a Firecracker guest reads before any agent runs. It works before boot only and
-// for one IPv4 address per node with at most a default route; anything more needs the guest
-// agent, which this driver does not drive yet.
+// ConfigureGuestNetwork records the guest network (every IPv4 address of every attachment on
+// the NIC with its MAC, the default route, other routes) in the node's record, so that every
+// boot of this generation applies it through the guest agent (StartNode), and applies it now
+// when the guest is already running. It is idempotent.
 func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
-	var addrs []string
-	gw := ""
-	for _, a := range atts {
-		addrs = append(addrs, a.IPv4...)
-		if a.Gateway != "" {
-			gw = a.Gateway
-		}
-	}
-	for _, rt := range routes {
-		if rt.To != "0.0.0.0/0" || (gw != "" && rt.Via != gw) {
-			return fmt.Errorf("firecracker node %s: route %s via %s: %w", node.ExternalID, rt.To, rt.Via,
-				&feature.NotSupportedError{Feature: "firecracker guest routes", Reason: "only a default route goes on the kernel command line; more needs the guest agent"})
-		}
-		gw = rt.Via
-	}
-	if len(addrs) > 1 {
-		return fmt.Errorf("firecracker node %s: %d addresses: %w", node.ExternalID, len(addrs),
-			&feature.NotSupportedError{Feature: "firecracker guest addresses", Reason: "the kernel command line sets one; more needs the guest agent"})
-	}
-	args := defaultBootArgs
-	if len(addrs) == 1 {
-		ipArg, err := kernelIPArg(addrs[0], gw)
-		if err != nil {
-			return fmt.Errorf("firecracker node %s: %w", node.ExternalID, err)
-		}
-		args += " " + ipArg
+	what := "firecracker node " + node.ExternalID + ": guest network"
+	cfg, err := guestNetwork(atts, routes)
+	if err != nil {
+		return fmt.Errorf("%s: %v: %w", what, err, driver.ErrInvalid)
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	r, err := d.lookup(node.ExternalID)
-	if err != nil {
-		return err
+	if err == nil && !reflect.DeepEqual(r.Network, cfg) {
+		r.Network = cfg
+		err = d.writeRecord(r)
 	}
-	if r.BootArgs == args {
-		return nil
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !isOurVMM(r.PID, r.StartTime, r.Socket) {
+		return nil // StartNode boots a fresh process and applies the record
 	}
 	info, err := d.describe(ctx, r)
 	if err != nil {
-		return fmt.Errorf("firecracker node %s: %w", r.Name, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if info.State != StateNotStarted {
-		return fmt.Errorf("firecracker node %s: the guest is %s; its network changes with a new generation: %w", r.Name, info.State,
-			&feature.NotSupportedError{Feature: "firecracker guest network change after boot", Reason: "boot-source is pre-boot only"})
+	if info.State != StateRunning {
+		return nil // StartNode applies it once the guest runs
 	}
-	c, err := NewClient(r.Socket)
-	if err != nil {
-		return err
+	if err := d.applyNetwork(ctx, r, cfg); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	defer c.Close()
-	if err := c.PutBootSource(ctx, BootSource{KernelImagePath: r.Kernel, BootArgs: args}); err != nil {
-		return fmt.Errorf("firecracker node %s: %w", r.Name, err)
-	}
-	r.BootArgs = args
-	return d.writeRecord(r)
-}
-
-// kernelIPArg renders the kernel's ip=<client>::<gateway>:<netmask>::eth0:off.
-func kernelIPArg(prefix, gw string) (string, error) {
-	ipn, err := linuxnet.ParseIPv4Prefix(prefix)
-	if err != nil {
-		return "", err
-	}
-	ip, _, _ := net.ParseCIDR(prefix)
-	if gw != "" {
-		if _, err := linuxnet.ParseIPv4(gw); err != nil {
-			return "", err
-		}
-	}
-	return fmt.Sprintf("ip=%s::%s:%s::eth0:off", ip, gw, net.IP(ipn.Mask)), nil
+	return nil
 }
 
 // TAP devices.

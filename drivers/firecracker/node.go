@@ -18,6 +18,12 @@ import (
 // baseline, and a VMM process configured before boot (machine-config, boot-source, root drive).
 // The guest is not started. A retried create of the same owner adopts what it finds.
 func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (substrate.Handle, error) {
+	return d.createNode(ctx, spec, nil)
+}
+
+// createNode creates spec's generation; with prior (a reset), from prior's snapshot when it
+// has a fitting one: then the process stays unconfigured until StartNode loads the snapshot.
+func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior *nodeRecord) (substrate.Handle, error) {
 	o := spec.Owner
 	if !o.Complete() {
 		return substrate.Handle{}, fmt.Errorf("firecracker node: incomplete owner %+v: %w", o, driver.ErrInvalid)
@@ -55,9 +61,12 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 		}
 		r = nodeRecord{Name: name, Marker: o.Marker(), Socket: filepath.Join(dir, apiSock), Generation: o.Generation,
 			Kernel: kernel, BootArgs: defaultBootArgs, Rootfs: filepath.Join(dir, rootfsFile),
-			Baseline: rootfs, VCPUs: m.VCPUCount, MemMiB: m.MemSizeMiB}
+			Baseline: rootfs, BaselineDigest: spec.Artifact.Digest, VCPUs: m.VCPUCount, MemMiB: m.MemSizeMiB}
 		if err := d.writeRecord(r); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+		}
+		if prior != nil && d.snapshots {
+			d.adoptSnapshot(*prior, &r)
 		}
 	case err != nil:
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
@@ -70,12 +79,20 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 			return substrate.Handle{}, err
 		}
 	}
+	if r.Restore != nil {
+		// A snapshot restores into a fresh process that got no pre-boot configuration.
+		d.restoreDisk(r)
+		if err := d.spawnRecorded(ctx, &r); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+		}
+		return nodeHandle(r, dir), nil
+	}
 	if _, err := os.Stat(r.Rootfs); errors.Is(err, os.ErrNotExist) {
 		if err := copyRootfs(rootfs, r.Rootfs, spec.Artifact.Digest); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	if err := d.boot(ctx, &r); err != nil {
+	if err := d.configure(ctx, &r); err != nil {
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return nodeHandle(r, dir), nil
@@ -95,17 +112,11 @@ func artifactPath(id *substrate.ArtifactIdentity) string {
 	return ""
 }
 
-// boot starts a fresh VMM process for r and sends its pre-boot configuration (machine, kernel,
-// root drive, and the network interfaces already attached), recording the process identity.
-func (d *Driver) boot(ctx context.Context, r *nodeRecord) error {
-	dir := d.nodeDir(r.Name)
-	pid, start, err := d.spawn(ctx, dir, r.Name)
-	if err != nil {
-		return err
-	}
-	r.PID, r.StartTime = pid, start
-	if err := d.writeRecord(*r); err != nil {
-		_ = killVMM(ctx, r.Name, *r)
+// configure starts a fresh VMM process for r and sends its pre-boot configuration (machine,
+// kernel, root drive, and the network interfaces already attached), recording the process
+// identity.
+func (d *Driver) configure(ctx context.Context, r *nodeRecord) error {
+	if err := d.spawnRecorded(ctx, r); err != nil {
 		return err
 	}
 	c, err := NewClient(r.Socket)
@@ -135,6 +146,20 @@ func (d *Driver) boot(ctx context.Context, r *nodeRecord) error {
 	return nil
 }
 
+// spawnRecorded starts a fresh VMM process for r and records its identity.
+func (d *Driver) spawnRecorded(ctx context.Context, r *nodeRecord) error {
+	pid, start, err := d.spawn(ctx, d.nodeDir(r.Name), r.Name)
+	if err != nil {
+		return err
+	}
+	r.PID, r.StartTime = pid, start
+	if err := d.writeRecord(*r); err != nil {
+		_ = killVMM(ctx, r.Name, *r)
+		return err
+	}
+	return nil
+}
+
 func (d *Driver) describe(ctx context.Context, r nodeRecord) (InstanceInfo, error) {
 	c, err := NewClient(r.Socket)
 	if err != nil {
@@ -144,45 +169,90 @@ func (d *Driver) describe(ctx context.Context, r nodeRecord) (InstanceInfo, erro
 	return c.Describe(ctx)
 }
 
-// StartNode boots the guest: vsock device, then InstanceStart. A node whose VMM process is gone
-// (stopped, host rebooted) gets a fresh process configured from its record first.
+// StartNode boots the guest (vsock device, then InstanceStart; a Paused guest is resumed), waits
+// for its agent to answer on vsock and applies the recorded guest network. A node whose VMM
+// process is gone (stopped, host rebooted) gets a fresh process configured from its record
+// first.
 func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substrate.NodeSpec) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	r, err := d.owned(h.ExternalID, spec.Owner)
+	r, cold, err := d.boot(ctx, h, spec.Owner)
 	if err != nil {
 		return err
 	}
+	// Unlocked: other nodes go on while this guest boots.
+	what := "firecracker node " + r.Name
+	if err := d.waitAgent(ctx, r); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if cold && d.snapshots && r.Snapshot == nil {
+		// The booted baseline, before its network is configured: what the next reset restores.
+		if err := d.takeSnapshot(ctx, &r); err != nil {
+			return err
+		}
+	}
+	if err := d.applyNetwork(ctx, r, r.Network); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// boot gets the node's guest running (restored from its snapshot, else cold) and returns its
+// record; cold reports an InstanceStart.
+func (d *Driver) boot(ctx context.Context, h substrate.Handle, o substrate.Owner) (r nodeRecord, cold bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, err = d.owned(h.ExternalID, o)
+	if err != nil {
+		return r, false, err
+	}
 	what := "firecracker node " + r.Name
 	if !isOurVMM(r.PID, r.StartTime, r.Socket) {
-		if err := d.boot(ctx, &r); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+		if r.Restore != nil {
+			err = d.spawnRecorded(ctx, &r)
+		} else {
+			err = d.configure(ctx, &r)
+		}
+		if err != nil {
+			return r, false, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	c, err := NewClient(r.Socket)
 	if err != nil {
-		return err
+		return r, false, err
 	}
 	defer c.Close()
 	info, err := c.Describe(ctx)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return r, false, fmt.Errorf("%s: %w", what, err)
 	}
 	switch info.State {
 	case StateRunning:
-		return nil
+		return r, false, nil
 	case StatePaused:
-		return c.PatchVM(ctx, VMResumed)
+		return r, false, c.PatchVM(ctx, VMResumed)
+	}
+	if r.Restore != nil {
+		if err := d.restore(ctx, c, &r); err == nil {
+			return r, false, nil
+		}
+		// The cold path: a fresh process from the baseline.
+		if err := d.coldAfterRestore(ctx, &r); err != nil {
+			return r, false, fmt.Errorf("%s: boot cold after a failed snapshot restore: %w", what, err)
+		}
+		c.Close()
+		if c, err = NewClient(r.Socket); err != nil {
+			return r, false, err
+		}
+		defer c.Close()
 	}
 	uds := filepath.Join(d.nodeDir(r.Name), vsockFile)
 	_ = os.Remove(uds) // a stale socket of an earlier process of this node
 	if err := c.PutVsock(ctx, Vsock{GuestCID: guestCID, UDSPath: uds}); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return r, false, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := c.InstanceStart(ctx); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return r, false, fmt.Errorf("%s: %w", what, err)
 	}
-	return nil
+	return r, true, nil
 }
 
 // ObserveNode reports the node: Absent without its directory; Unknown when the state directory
@@ -278,5 +348,5 @@ func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, prio
 			return substrate.Handle{}, fmt.Errorf("firecracker node %s: quiesce: %w", r.Name, err)
 		}
 	}
-	return d.CreateNode(ctx, spec)
+	return d.createNode(ctx, spec, &r)
 }

@@ -1,7 +1,8 @@
 # microvm-lab: two Firecracker microVMs on one LAN next to a netns node. Each microVM boots the
-# same immutable rootfs baseline from its own sparse copy; its address goes on the guest
-# kernel's command line (ip=). Needs `firecracker` on PATH, a KVM that boots guests, and the
-# two artifacts below (see README.md); the tests run it with the contract-checking simulator.
+# same immutable rootfs baseline from its own sparse copy; the guest agent (sysbox-guest, over
+# vsock) sets its address and runs `sysbox exec`. Needs `firecracker` on PATH, a KVM that boots
+# guests, and the two artifacts below (see README.md); the tests run it with the contract-checking
+# simulator.
 
 substrate "local" {
   driver "netns" {}

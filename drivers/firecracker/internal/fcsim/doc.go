@@ -16,6 +16,10 @@
 //     and restores into Paused (Running with resume_vm), applying network_overrides and
 //     vsock_override to the snapshot's devices.
 //
+// The command (cmd/firecracker) adds the VMM's device side: it opens the TAPs, serves the vsock
+// uds_path handshake, and runs the guest: sysbox-guest in its own network namespace, with one
+// TAP per interface there and frames pumped between host and guest TAPs.
+//
 // Every request is logged as one JSON line (Entry) so tests can assert the exact sequence a
 // driver sent. The package never links into a release binary: only tests and the command under
 // cmd/firecracker import it.

@@ -3,6 +3,8 @@ package fcsim
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +12,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+	"golang.org/x/sys/unix"
 )
 
 // Instance states, as the contract's InstanceInfo.state spells them.
@@ -37,13 +42,27 @@ type Options struct {
 	TapExists func(name string) bool
 	// Hooks let a caller act like the VMM's device side; nil hooks do nothing.
 	Hooks Hooks
+	// SnapshotLedger, when set, is a file shared by every simulator process of a test: each
+	// snapshot restored is recorded there, and a snapshot restored before is refused (the
+	// Firecracker documentation calls resuming one snapshot twice insecure).
+	SnapshotLedger string
 }
 
 // Hooks are called, under the simulator's lock, when the VMM would touch host devices.
 type Hooks struct {
-	// Start runs at InstanceStart and at a resumed snapshot load with the TAPs (iface_id →
-	// host_dev_name) and the vsock uds_path ("" without vsock). An error fails the request.
-	Start func(taps map[string]string, udsPath string) error
+	// Start runs at InstanceStart and at a snapshot load with the network interfaces (sorted by
+	// iface_id) and the vsock uds_path ("" without vsock). An error fails the request.
+	Start func(nics []NIC, udsPath string) error
+	// Pause runs when the guest's vCPUs stop (true: PATCH /vm Paused, a load without resume_vm)
+	// or run again (false). An error fails the request.
+	Pause func(paused bool) error
+}
+
+// NIC is one configured network interface as the device side sees it.
+type NIC struct {
+	IfaceID     string
+	HostDevName string
+	GuestMAC    string // "" when Firecracker would pick one
 }
 
 // Entry is one line of the request log.
@@ -115,6 +134,7 @@ const snapshotMagic = "fcsim-snapshot-v1"
 type snapshotFile struct {
 	Magic string   `json:"magic"`
 	ID    string   `json:"id"`
+	Nonce string   `json:"nonce"` // unique per snapshot: the ledger refuses a second restore
 	VM    vmConfig `json:"vm"`
 }
 
@@ -278,6 +298,8 @@ func (s *Sim) apply(op string, params map[string]string, body []byte) (any, *fau
 		return s.putBootSource(body)
 	case "putGuestDriveByID":
 		return s.putDrive(params, body)
+	case "patchGuestDriveByID":
+		return s.patchDrive(params, body)
 	case "putGuestNetworkInterfaceByID":
 		return s.putInterface(params, body)
 	case "putGuestVsock":
@@ -335,6 +357,35 @@ func (s *Sim) putDrive(params map[string]string, body []byte) (any, *fault) {
 	}
 	s.touched = true
 	s.vm.Drives[d.DriveID] = d
+	return nil, nil
+}
+
+// patchDrive swaps a started guest's drive onto another host file (post-boot only).
+func (s *Sim) patchDrive(params map[string]string, body []byte) (any, *fault) {
+	var p struct {
+		DriveID    string `json:"drive_id"`
+		PathOnHost string `json:"path_on_host"`
+	}
+	if f := decode(body, &p); f != nil {
+		return nil, f
+	}
+	if s.state == stateNotStarted {
+		return nil, badRequest("The requested operation is not supported before starting the microVM.")
+	}
+	if p.DriveID != params["drive_id"] {
+		return nil, badRequest("The id from the path (%s) does not match the id from the body (%s)!", params["drive_id"], p.DriveID)
+	}
+	d, ok := s.vm.Drives[p.DriveID]
+	if !ok {
+		return nil, badRequest("Drive %s: no such drive", p.DriveID)
+	}
+	if p.PathOnHost != "" {
+		if f := mustOpen("path_on_host", p.PathOnHost); f != nil {
+			return nil, f
+		}
+		d.PathOnHost = p.PathOnHost
+	}
+	s.vm.Drives[p.DriveID] = d
 	return nil, nil
 }
 
@@ -401,12 +452,25 @@ func (s *Sim) patchVM(body []byte) (any, *fault) {
 	if s.state == stateNotStarted {
 		return nil, badRequest("The microVM is not running: cannot set state %s", v.State)
 	}
+	if f := s.pause(v.State == "Paused"); f != nil {
+		return nil, f
+	}
 	if v.State == "Paused" {
 		s.state = statePaused
 	} else {
 		s.state = stateRunning
 	}
 	return nil, nil
+}
+
+func (s *Sim) pause(paused bool) *fault {
+	if s.opts.Hooks.Pause == nil {
+		return nil
+	}
+	if err := s.opts.Hooks.Pause(paused); err != nil {
+		return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("pausing the vCPUs: %v", err)}
+	}
+	return nil
 }
 
 func (s *Sim) createSnapshot(body []byte) (any, *fault) {
@@ -468,19 +532,20 @@ func (s *Sim) instanceStart() *fault {
 // startDevices checks every TAP still exists (the VMM holds it open from here on) and runs the
 // Start hook.
 func (s *Sim) startDevices() *fault {
-	taps := map[string]string{}
+	var nics []NIC
 	for id, n := range s.vm.Interfaces {
 		if !s.opts.TapExists(n.HostDevName) {
 			return badRequest("Open tap device failed: %s (interface %s): no such TAP device", n.HostDevName, id)
 		}
-		taps[id] = n.HostDevName
+		nics = append(nics, NIC{IfaceID: id, HostDevName: n.HostDevName, GuestMAC: n.GuestMAC})
 	}
+	sort.Slice(nics, func(i, j int) bool { return nics[i].IfaceID < nics[j].IfaceID })
 	uds := ""
 	if s.vm.Vsock != nil {
 		uds = s.vm.Vsock.UDSPath
 	}
 	if s.opts.Hooks.Start != nil {
-		if err := s.opts.Hooks.Start(taps, uds); err != nil {
+		if err := s.opts.Hooks.Start(nics, uds); err != nil {
 			return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("starting devices: %v", err)}
 		}
 	}
@@ -488,7 +553,11 @@ func (s *Sim) startDevices() *fault {
 }
 
 func (s *Sim) writeSnapshot(snapPath, memPath string) *fault {
-	b, err := json.Marshal(snapshotFile{Magic: snapshotMagic, ID: s.opts.ID, VM: s.vm})
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		return &fault{status: http.StatusInternalServerError, msg: err.Error()}
+	}
+	b, err := json.Marshal(snapshotFile{Magic: snapshotMagic, ID: s.opts.ID, Nonce: hex.EncodeToString(nonce), VM: s.vm})
 	if err != nil {
 		return &fault{status: http.StatusInternalServerError, msg: err.Error()}
 	}
@@ -505,6 +574,34 @@ func (s *Sim) writeSnapshot(snapPath, memPath string) *fault {
 	}
 	if err != nil {
 		return badRequest("Create snapshot: mem_file_path: %v", err)
+	}
+	return nil
+}
+
+// restoreOnce records nonce in the ledger under an exclusive lock, refusing one already there.
+func restoreOnce(ledger, nonce, path string) *fault {
+	if nonce == "" {
+		return badRequest("Load snapshot: %s carries no nonce", path)
+	}
+	f, err := os.OpenFile(ledger, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
+	if err != nil {
+		return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("snapshot ledger: %v", err)}
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("snapshot ledger: %v", err)}
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("snapshot ledger: %v", err)}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == nonce {
+			return badRequest("Load snapshot: %s was restored before; fcsim refuses to resume one snapshot twice (insecure per Firecracker's snapshot documentation)", path)
+		}
+	}
+	if _, err := f.WriteString(nonce + "\n"); err != nil {
+		return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("snapshot ledger: %v", err)}
 	}
 	return nil
 }
@@ -541,6 +638,11 @@ func (s *Sim) loadSnapshot(body []byte) *fault {
 	if f := mustOpen("mem_file_path", l.MemFilePath); f != nil {
 		return f
 	}
+	if s.opts.SnapshotLedger != "" {
+		if f := restoreOnce(s.opts.SnapshotLedger, snap.Nonce, l.SnapshotPath); f != nil {
+			return f
+		}
+	}
 	vm := snap.VM
 	for _, o := range l.NetworkOverrides {
 		n, ok := vm.Interfaces[o.IfaceID]
@@ -555,6 +657,12 @@ func (s *Sim) loadSnapshot(body []byte) *fault {
 			return badRequest("Load snapshot: vsock_override but the snapshot has no vsock device")
 		}
 		vm.Vsock.UDSPath = l.VsockOverride.UDSPath
+	}
+	// Firecracker reopens every drive at the path the snapshot recorded.
+	for id, d := range vm.Drives {
+		if f := mustOpen("drive "+id+" path_on_host", d.PathOnHost); f != nil {
+			return f
+		}
 	}
 	if vm.Vsock != nil {
 		if _, err := os.Lstat(vm.Vsock.UDSPath); err == nil {
@@ -572,5 +680,5 @@ func (s *Sim) loadSnapshot(body []byte) *fault {
 	if l.ResumeVM {
 		s.state = stateRunning
 	}
-	return nil
+	return s.pause(!l.ResumeVM)
 }

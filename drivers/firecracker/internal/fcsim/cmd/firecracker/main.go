@@ -1,7 +1,10 @@
 // Command firecracker is the test stand-in for the Firecracker VMM (see package fcsim). It takes
 // the flags the driver passes to the real binary, `--api-sock PATH --id ID`, serves the API on
 // PATH and runs until SIGTERM, SIGINT or SIGKILL. FCSIM_REQUEST_LOG names a file that receives
-// one JSON line per request (appended).
+// one JSON line per request (appended). The simulated guest (see devices.go) runs sysbox-guest:
+// FCSIM_GUEST_AGENT names it, else sysbox-guest beside this binary is used.
+// FCSIM_SNAPSHOT_LEDGER names a file shared by all simulator processes that refuses a second
+// restore of one snapshot.
 package main
 
 import (
@@ -44,9 +47,10 @@ func run() error {
 		defer f.Close()
 		logw = f
 	}
-	dev := newDevices(*id)
+	dev := newDevices(*id, *sock)
 	defer dev.close()
-	sim, err := fcsim.New(fcsim.Options{ID: *id, RequestLog: logw, Hooks: fcsim.Hooks{Start: dev.start}})
+	sim, err := fcsim.New(fcsim.Options{ID: *id, RequestLog: logw, Hooks: fcsim.Hooks{Start: dev.start, Pause: dev.pause},
+		SnapshotLedger: os.Getenv("FCSIM_SNAPSHOT_LEDGER")})
 	if err != nil {
 		return err
 	}
