@@ -318,6 +318,9 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, o substrate
 	if err := killVMM(ctx, r.Name, r); err != nil {
 		return err
 	}
+	if err := killStrays(ctx, r.Name, r.Socket); err != nil {
+		return err
+	}
 	for _, tap := range r.taps() {
 		if err := deleteTAP(tap, o, r.pending(tap)); err != nil {
 			return fmt.Errorf("firecracker node %s: %w", r.Name, err)

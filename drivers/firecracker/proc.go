@@ -24,7 +24,12 @@ func (d *Driver) spawn(ctx context.Context, dir, name string) (pid int, start ui
 		return 0, 0, fmt.Errorf("firecracker node %s: binary %q: %w", name, d.binary, err)
 	}
 	sock := filepath.Join(dir, apiSock)
-	// A socket left by a dead process of this node; the directory is ours (checked by callers).
+	// A process started for this socket by a run killed before it recorded the pid would
+	// otherwise outlive every later generation; the directory is ours (checked by callers).
+	if err := killStrays(ctx, name, sock); err != nil {
+		return 0, 0, err
+	}
+	// A socket left by a dead process of this node.
 	_ = os.Remove(sock)
 	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -115,6 +120,42 @@ func isOurVMM(pid int, start uint64, sock string) bool {
 		return false
 	}
 	return bytes.Contains(cmdline, []byte("\x00--api-sock\x00"+sock+"\x00"))
+}
+
+// serving lists the processes whose command line serves exactly sock (--api-sock SOCK).
+func serving(sock string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte("\x00--api-sock\x00" + sock + "\x00")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(cmdline, want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killStrays ends every VMM process serving sock (a path inside the node's owned directory)
+// that no record names: one spawned by a run killed between starting it and recording its
+// pid. It waits for them to go.
+func killStrays(ctx context.Context, name, sock string) error {
+	for _, pid := range serving(sock) {
+		start, err := procStartTime(pid)
+		if err != nil {
+			continue // already gone
+		}
+		if err := killVMM(ctx, name, nodeRecord{PID: pid, StartTime: start, Socket: sock}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // killVMM ends the recorded VMM process if it is still ours, and waits for it to go.
