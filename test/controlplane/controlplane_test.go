@@ -591,6 +591,13 @@ func TestRemoteCommandsMatchLocal(t *testing.T) {
 	if after := gen("sysbox_node.web[0]"); after != before+1 {
 		t.Fatalf("after a remote reset sysbox_node.web[0] is at generation %d, want %d", after, before+1)
 	}
+	// refresh runs on the agent too, with the same per-op flag rules.
+	if out, _ := same("refresh", []string{"refresh"}, rem("refresh")); !strings.Contains(out, "sysbox_node.web[0]: present") {
+		t.Fatalf("refresh: %q, want sysbox_node.web[0] present", out)
+	}
+	if _, re, rc := cli(t, remote, renv, rem("refresh", "-var", "x=1")...); rc != 1 || !strings.Contains(re, "is not allowed") {
+		t.Fatalf("remote refresh with -var: exit %d, want 1 refusing the flag:\n%s", rc, re)
+	}
 
 	// destroy asks for approval locally; remotely it needs -auto-approve.
 	if _, re, rc := cli(t, remote, renv, rem("destroy", "-auto-approve")...); rc != 0 {

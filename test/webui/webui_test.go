@@ -16,7 +16,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,6 +124,7 @@ type projection struct {
 	Address     string    `json:"address"`
 	Observation string    `json:"observation"`
 	ExternalID  string    `json:"external_id"`
+	Generation  int64     `json:"generation"`
 	Updated     time.Time `json:"updated"`
 }
 
@@ -314,7 +317,7 @@ func ms(at time.Time) float64 { return float64(at.UnixNano()) / 1e6 }
 func TestControlPlaneUIInChromium(t *testing.T) {
 	r := newRig(t)
 	ctx := uitest.Browser(t)
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 
 	// Log in with the project token: the list links the workspace; its page starts empty.
@@ -384,11 +387,115 @@ func TestControlPlaneUIInChromium(t *testing.T) {
 	t.Logf("run 2: queued → %s shown %.0f ms; projection stored → shown present %.0f ms", added,
 		first[added]-ms(run2.Created), present[added]-ms(r.projections()[added].Updated))
 
+	// A reset run of web[1] (a remote command on the lab's revision): the page shows the node's
+	// new generation once its projection is stored.
+	const node = "sysbox_node.web[1]"
+	gen := r.projections()[node].Generation
+	watchFor(t, ctx, node, "generation", fmt.Sprint(gen+1))
+	reset := r.command("reset", "--", node)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(li(node)+fmt.Sprintf(`[data-generation="%d"][data-observation="present"]`, gen+1))); err != nil {
+		t.Fatalf("%s's generation %d never reached the page: %v", node, gen+1, err)
+	}
+	if run := r.finished(reset.ID); run.Status != "succeeded" {
+		t.Fatalf("reset run: %s (%s)", run.Status, run.Result)
+	}
+	uitest.Screenshot(t, ctx, "cp-ui-after-reset.png")
+	p := r.projections()[node]
+	if p.Generation != gen+1 {
+		t.Fatalf("%s: projection at generation %d after the reset, want %d", node, p.Generation, gen+1)
+	}
+	at := seen(t, ctx, "sbxAt")
+	// Reported, not asserted: timing depends on the machine.
+	t.Logf("reset: projection stored → new generation shown %.0f ms", at[node+" generation"]-ms(p.Updated))
+
+	// Its process killed out of band, a refresh run records the node degraded: the page follows.
+	killNode(t, p.ExternalID)
+	watchFor(t, ctx, node, "observation", "degraded")
+	refresh := r.command("refresh")
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(li(node)+`[data-observation="degraded"]`)); err != nil {
+		t.Fatalf("%s never shown degraded after its process was killed and a refresh: %v", node, err)
+	}
+	if run := r.finished(refresh.ID); run.Status != "succeeded" {
+		t.Fatalf("refresh run: %s (%s)", run.Status, run.Result)
+	}
+	uitest.Screenshot(t, ctx, "cp-ui-killed-refreshed.png")
+	p = r.projections()[node]
+	if p.Observation != "degraded" {
+		t.Fatalf("%s: projection %s after the kill and refresh, want degraded", node, p.Observation)
+	}
+	at = seen(t, ctx, "sbxAt")
+	t.Logf("refresh: projection stored → degraded shown %.0f ms", at[node+" observation"]-ms(p.Updated))
+
 	// Another project's token sees nothing of this workspace.
 	for _, p := range []string{"/", "/api/graph", "/events"} {
 		r.other.call("GET", "/ui/w/"+r.ws+p, nil, nil, 404)
 	}
 	r.noSecrets(ctx)
+}
+
+// command queues op with args as a remote command run on the lab directory's topology (the
+// one the last queue planned), as `sysbox OP --remote` does.
+func (r *rig) command(op string, args ...string) obj {
+	r.t.Helper()
+	bundle, err := agent.PackDir(r.labDir)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var rev, run obj
+	// The last queue stored this same bundle: revisions are content-addressed, so 200.
+	r.user.call("POST", "/v1/projects/"+r.project+"/revisions", bundle, &rev, 200)
+	r.user.call("POST", "/v1/projects/"+r.project+"/runs", map[string]any{"op": op, "workspace": r.ws,
+		"revision": rev.Digest, "args": args, "sticky": true}, &run, 201)
+	return run
+}
+
+// watchFor records in the page (window.sbxAt["ADDR ATTR"], browser clock in ms) when the
+// list entry of addr first carries data-ATTR=value.
+func watchFor(t *testing.T, ctx context.Context, addr, attr, value string) {
+	t.Helper()
+	js := fmt.Sprintf(`(() => {
+  window.sbxAt = window.sbxAt || {};
+  const addr = %q, attr = %q, value = %q, key = addr + " " + attr;
+  const note = () => {
+    if (key in sbxAt) return;
+    for (const li of document.querySelectorAll("#elements li"))
+      if (li.dataset.address === addr && li.dataset[attr] === value) { sbxAt[key] = Date.now(); return; }
+  };
+  note();
+  new MutationObserver(note).observe(document.getElementById("elements"), { childList: true, subtree: true, attributes: true });
+  return true;
+})()`, addr, attr, value)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killNode kills, out of band, every process in the netns node's namespace (its main process
+// "sleep infinity"): the namespace stays, so the driver observes the node degraded.
+func killNode(t *testing.T, netnsName string) {
+	t.Helper()
+	var ns syscall.Stat_t
+	if err := syscall.Stat(filepath.Join("/run/netns", netnsName), &ns); err != nil {
+		t.Fatalf("node namespace %s: %v", netnsName, err)
+	}
+	pids, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	killed := 0
+	for _, p := range pids {
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) != nil || st.Ino != ns.Ino {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.Split(p, "/")[2])
+		if err != nil {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("no process holds namespace %s to kill", netnsName)
+	}
 }
 
 // checkPage compares the page's list and canvas with the projections: every element, with

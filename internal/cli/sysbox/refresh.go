@@ -11,6 +11,7 @@ func init() { register(newRefreshCommand) }
 
 func newRefreshCommand(app *App) *cobra.Command {
 	var f runFlags
+	var rf remoteFlags
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "refresh",
@@ -21,6 +22,9 @@ semantic digest (counters never count). A driver that cannot observe yields unkn
 absent — and refresh exits 1 naming it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rf.url != "" {
+				return app.runRemote(cmd, &rf, "refresh", nil, "")
+			}
 			rt, err := app.openRuntime(cmd.Context(), &f, true)
 			if err != nil {
 				return err
@@ -56,6 +60,7 @@ absent — and refresh exits 1 naming it.`,
 		},
 	}
 	addRunFlags(cmd, &f)
+	addRemoteFlags(cmd, &rf)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print observations as JSON")
 	return cmd
 }

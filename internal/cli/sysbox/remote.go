@@ -45,6 +45,7 @@ var remoteFlagsAllowed = map[string][]string{
 	"apply":      {"auto-approve", "target", "parallelism", "lock-timeout"},
 	"destroy":    {"auto-approve", "json", "parallelism", "lock-timeout"},
 	"reset":      {"parallelism", "lock-timeout"},
+	"refresh":    {"json", "parallelism", "lock-timeout"},
 	"state list": {"json"},
 	"state show": {"json"},
 	"output":     {"json"},

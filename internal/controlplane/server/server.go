@@ -453,7 +453,7 @@ type runRequest struct {
 
 // Ops are the run kinds: apply and destroy of a stored plan (or as commands), and the remote
 // commands of the CLI. The agent checks each command's arguments against its own list.
-var Ops = []string{"apply", "destroy", "reset", "plan", "state list", "state show", "output"}
+var Ops = []string{"apply", "destroy", "reset", "refresh", "plan", "state list", "state show", "output"}
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request, project string) {
 	var req runRequest
