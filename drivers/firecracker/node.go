@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -56,13 +57,10 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 		if err := os.MkdirAll(d.stateDir, 0o755); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: state directory: %v: %w", what, err, driver.ErrUnavailable)
 		}
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
-		}
 		r = nodeRecord{Name: name, Marker: o.Marker(), Socket: filepath.Join(dir, apiSock), Generation: o.Generation,
 			Kernel: kernel, BootArgs: defaultBootArgs, Rootfs: filepath.Join(dir, rootfsFile),
 			Baseline: rootfs, BaselineDigest: spec.Artifact.Digest, VCPUs: m.VCPUCount, MemMiB: m.MemSizeMiB}
-		if err := d.writeRecord(r); err != nil {
+		if err := d.createDir(r); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 		}
 		if prior != nil && d.snapshots {
@@ -96,6 +94,35 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return nodeHandle(r, dir), nil
+}
+
+// createDir makes r's node directory with its record already inside: it is built under a
+// temporary name and renamed into place, so a crash never leaves a node directory without the
+// record that proves whose it is (such a directory is refused as not ours, for ever).
+func (d *Driver) createDir(r nodeRecord) error {
+	// Temporary directories of this node left by a killed run hold nothing but a record.
+	stale, _ := filepath.Glob(filepath.Join(d.stateDir, ".tmp-"+r.Name+"-*"))
+	for _, p := range stale {
+		_ = os.RemoveAll(p)
+	}
+	tmp, err := os.MkdirTemp(d.stateDir, ".tmp-"+r.Name+"-")
+	if err != nil {
+		return err
+	}
+	b, err := durable.EncodeRecord(recordKind, 1, r)
+	if err == nil {
+		err = durable.WriteFile(filepath.Join(tmp, recordFile), b, 0o600)
+	}
+	if err == nil {
+		err = os.Rename(tmp, d.nodeDir(r.Name))
+	}
+	if err == nil {
+		err = syncDir(d.stateDir)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+	}
+	return err
 }
 
 // artifactPath is where a resolved artifact lives: its Ref (what ResolveArtifact set, the
