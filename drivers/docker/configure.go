@@ -14,12 +14,9 @@ const SettingHost = "host"
 
 // Configure applies the substrate driver block: host, a unix:// or tcp:// daemon address. It replaces the client; nothing has used the old one yet (Configurable).
 func (d *Driver) Configure(settings map[string]string) error {
-	if err := driver.CheckSettingKeys(Name, settings, SettingHost); err != nil {
+	h, ok, err := driver.OneSetting(Name, settings, SettingHost)
+	if err != nil || !ok {
 		return err
-	}
-	h, ok := settings[SettingHost]
-	if !ok {
-		return nil
 	}
 	bad := func(err error) error { return &driver.SettingError{Driver: Name, Key: SettingHost, Err: err} }
 	u, err := client.ParseHostURL(h)

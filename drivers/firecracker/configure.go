@@ -16,12 +16,9 @@ const SettingBinary = "binary"
 // Configure applies the substrate driver block: binary, an absolute path or a bare name on
 // PATH, which must name an executable file now.
 func (d *Driver) Configure(settings map[string]string) error {
-	if err := driver.CheckSettingKeys(Name, settings, SettingBinary); err != nil {
+	b, ok, err := driver.OneSetting(Name, settings, SettingBinary)
+	if err != nil || !ok {
 		return err
-	}
-	b, ok := settings[SettingBinary]
-	if !ok {
-		return nil
 	}
 	bad := func(err error) error { return &driver.SettingError{Driver: Name, Key: SettingBinary, Err: err} }
 	if b == "" || (!filepath.IsAbs(b) && strings.ContainsRune(b, '/')) {

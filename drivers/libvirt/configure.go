@@ -13,12 +13,9 @@ const SettingSocket = "socket"
 // Configure applies the substrate driver block: socket, an absolute path. It drops any
 // connection made to the previous socket.
 func (d *Driver) Configure(settings map[string]string) error {
-	if err := driver.CheckSettingKeys(Name, settings, SettingSocket); err != nil {
+	s, ok, err := driver.OneSetting(Name, settings, SettingSocket)
+	if err != nil || !ok {
 		return err
-	}
-	s, ok := settings[SettingSocket]
-	if !ok {
-		return nil
 	}
 	if !filepath.IsAbs(s) {
 		return &driver.SettingError{Driver: Name, Key: SettingSocket, Err: fmt.Errorf("%q is not an absolute path", s)}

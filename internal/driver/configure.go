@@ -60,6 +60,16 @@ func CheckSettingKeys(driverName string, settings map[string]string, known ...st
 	return nil
 }
 
+// OneSetting is CheckSettingKeys for a driver with the one setting key: its value, and whether
+// settings hold it.
+func OneSetting(driverName string, settings map[string]string, key string) (string, bool, error) {
+	if err := CheckSettingKeys(driverName, settings, key); err != nil {
+		return "", false, err
+	}
+	v, ok := settings[key]
+	return v, ok, nil
+}
+
 // Configure hands the named driver its driver block settings: through Configurable, or, for a
 // driver without settings, an error for any key.
 func (r *Registry) Configure(name string, settings map[string]string) error {
