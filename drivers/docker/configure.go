@@ -12,7 +12,8 @@ import (
 // "unix:///var/run/docker.sock"); it wins over DOCKER_HOST.
 const SettingHost = "host"
 
-// Configure applies the substrate driver block: host, a unix:// or tcp:// daemon address. It replaces the client; nothing has used the old one yet (Configurable).
+// Configure applies the substrate driver block: host, a unix:// or tcp:// daemon address. It
+// replaces the client; nothing has used the old one yet (Configurable).
 func (d *Driver) Configure(settings map[string]string) error {
 	h, ok, err := driver.OneSetting(Name, settings, SettingHost)
 	if err != nil || !ok {
