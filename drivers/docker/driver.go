@@ -50,11 +50,7 @@ type Driver struct {
 
 // New returns a driver talking to the daemon at opts.Host. It does not contact the daemon.
 func New(opts Options) (*Driver, error) {
-	copts := []client.Opt{client.FromEnv, client.WithVersion(APIVersion)}
-	if opts.Host != "" {
-		copts = append(copts, client.WithHost(opts.Host))
-	}
-	cli, err := client.NewClientWithOpts(copts...)
+	cli, err := newClient(opts.Host)
 	if err != nil {
 		return nil, fmt.Errorf("docker driver: client: %w", err)
 	}
@@ -66,6 +62,16 @@ func New(opts Options) (*Driver, error) {
 		d.stopTimeout = 2 * time.Second
 	}
 	return d, nil
+}
+
+// newClient returns a client for host, or for DOCKER_HOST (else the default socket) when host
+// is empty.
+func newClient(host string) (*client.Client, error) {
+	copts := []client.Opt{client.FromEnv, client.WithVersion(APIVersion)}
+	if host != "" {
+		copts = append(copts, client.WithHost(host))
+	}
+	return client.NewClientWithOpts(copts...)
 }
 
 // Register adds a docker driver using the default daemon address to r.

@@ -135,10 +135,7 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 		return nil, &silentExit{code: ExitError}
 	}
 	a.printDiags(a.Env.Stderr, l)
-	reg, err := a.registry()
-	if err != nil {
-		return nil, err
-	}
+	reg := l.drivers
 	be, err := a.openConfiguredBackend(ctx, l.top.Substrate.Backend)
 	if err != nil {
 		return nil, err

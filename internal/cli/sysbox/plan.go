@@ -95,11 +95,8 @@ func (app *App) makePlan(cmd *cobra.Command, f *planFlags) (*plans.Plan, error) 
 		return nil, err
 	}
 	// the same registry apply uses (including its test mode), so that a stored plan's driver
-	// fingerprint matches the one apply computes
-	reg, err := app.registry()
-	if err != nil {
-		return nil, err
-	}
+	// fingerprint matches the one apply computes; configured from the driver blocks
+	reg := l.drivers
 	var caps plans.CapabilityChecker = reg
 	if app.Env.Drivers != nil {
 		if c, err := app.Env.Drivers(); err != nil {

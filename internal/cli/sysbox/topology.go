@@ -14,6 +14,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/config"
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/handlers"
 	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/secrets"
@@ -39,6 +40,9 @@ type loaded struct {
 	sources *config.Sources
 	diags   hcl.Diagnostics
 	reg     *handlers.Registry
+	// drivers is the registry configured from the substrate's driver blocks: the one the
+	// command's planning and execution use.
+	drivers *driver.Registry
 }
 
 // loadTopology reads and evaluates the topology: variables from SYSBOX_VAR_*, then var files,
@@ -49,7 +53,7 @@ func (a *App) loadTopology(vf *varFlags) (*loaded, error) {
 		return nil, err
 	}
 	reg := handlers.Builtin(nodeDrivers(drivers)...)
-	l := &loaded{reg: reg}
+	l := &loaded{reg: reg, drivers: drivers}
 	mod, src, diags := config.Load(a.dir())
 	l.sources = src
 	l.diags = diags
@@ -83,6 +87,9 @@ func (a *App) loadTopology(vf *varFlags) (*loaded, error) {
 	top, d := config.Evaluate(mod, src, config.Options{Schemas: reg, Inputs: inputs, LookupEnv: a.Env.LookupEnv, ValidateOnly: vf.validateOnly})
 	l.diags = append(l.diags, d...)
 	l.top = top
+	if top != nil {
+		l.diags = append(l.diags, a.configureDrivers(drivers, top)...)
+	}
 	return l, nil
 }
 
