@@ -418,6 +418,10 @@ func TestControlPlaneUIInChromium(t *testing.T) {
 	if run := r.finished(refresh.ID); run.Status != "succeeded" {
 		t.Fatalf("refresh run: %s (%s)", run.Status, run.Result)
 	}
+	// The panel beside the graph follows the latest run, a command run too.
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#run[data-run="`+refresh.ID+`"][data-status="succeeded"]`)); err != nil {
+		t.Fatalf("the refresh run never showed beside the graph: %v", err)
+	}
 	uitest.Screenshot(t, ctx, "cp-ui-killed-refreshed.png")
 	p = r.projections()[node]
 	if p.Observation != "degraded" {

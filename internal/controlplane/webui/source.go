@@ -51,12 +51,17 @@ func (s *source) Graph(ctx context.Context) (*ui.Graph, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	run := latestChange(runs)
 	var plan *plans.Plan
-	if run != nil {
-		if plan, err = s.planOf(ctx, run.Plan); err != nil {
-			return nil, fmt.Errorf("%s: run %s: %w", where, run.ID, err)
+	if change := latestChange(runs); change != nil {
+		if plan, err = s.planOf(ctx, change.Plan); err != nil {
+			return nil, fmt.Errorf("%s: run %s: %w", where, change.ID, err)
 		}
+	}
+	// The panel beside the graph follows the latest run of any kind (a refresh or another
+	// remote command too); only the desired state comes from the latest change's plan.
+	var run *store.Run
+	if len(runs) > 0 {
+		run = &runs[len(runs)-1]
 	}
 	top, attrs, err := desired(plan)
 	if err != nil {

@@ -224,9 +224,13 @@ func TestGraphFromProjectionsAndPlan(t *testing.T) {
 	if strings.Join(att, ";") != "sysbox_node.web>sysbox_network.lan lan 198.51.100.10/24" {
 		t.Errorf("attachment edges: got %q", att)
 	}
+	if g.Run == nil || g.Run.ID != r.run.ID || g.Run.Status != store.RunRunning || strings.Join(g.Run.Lines, "|") != "sysbox_network.lan: creating|sysbox_network.lan: created" {
+		t.Errorf("run: got %+v, want %s running with its two lines", g.Run, r.run.ID)
+	}
 	// A later run that changes nothing (another kind of run, as remote commands queue) does
-	// not replace the plan that shapes the graph.
-	if _, err := r.st.CreateRun(ctx, r.a.ID, r.run.Plan, "output", false); err != nil {
+	// not replace the plan that shapes the graph, but the panel beside it follows that run.
+	other, err := r.st.CreateRun(ctx, r.a.ID, r.run.Plan, "output", false)
+	if err != nil {
 		t.Fatal(err)
 	}
 	code, body, _ = r.get(http.DefaultClient, "/ui/w/"+r.wsA.ID+"/api/graph", r.tokA)
@@ -234,8 +238,11 @@ func TestGraphFromProjectionsAndPlan(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &g); code != 200 || err != nil {
 		t.Fatalf("api/graph after another run: %d %v %s", code, err, body)
 	}
-	if g.Run == nil || g.Run.ID != r.run.ID || g.Run.Status != store.RunRunning || strings.Join(g.Run.Lines, "|") != "sysbox_network.lan: creating|sysbox_network.lan: created" {
-		t.Errorf("run: got %+v, want %s running with its two lines", g.Run, r.run.ID)
+	if e := element(t, &g, "sysbox_node.web"); e.Diff != ui.DiffConfigOnly {
+		t.Errorf("after an output run, sysbox_node.web: diff %q, want the plan's config-only", e.Diff)
+	}
+	if g.Run == nil || g.Run.ID != other.ID || g.Run.Status != store.RunQueued {
+		t.Errorf("run panel after an output run: got %+v, want %s queued", g.Run, other.ID)
 	}
 }
 
