@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -385,6 +387,33 @@ func httpGet(url string) (string, error) {
 	return string(b), err
 }
 
+// httpGetReady is httpGet retried while the server is not yet listening (connection refused),
+// until timeout: starting a container returns before its httpd has bound its port. Any other
+// error, or a wrong body, is returned at once.
+func httpGetReady(url string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		body, err := httpGet(url)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			return body, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// untilServing runs an in-guest HTTP exchange again while it fails with "Connection refused"
+// (the server's node is started but its httpd has not bound its port yet), for up to 15 s.
+func untilServing(run func() (substrate.ExecResult, error)) (substrate.ExecResult, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		res, err := run()
+		if err == nil && res.ExitCode == 0 || !strings.Contains(string(res.Stderr)+string(res.Stdout), "Connection refused") || time.Now().After(deadline) {
+			return res, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestDaemonWiringResetAndDestroy wires two busybox httpd containers to a Linux bridge, checks
 // traffic and observation, resets one while the other keeps serving, and destroys everything,
 // leaving no container, link or rule.
@@ -433,7 +462,8 @@ func TestDaemonWiringResetAndDestroy(t *testing.T) {
 		}
 	}
 	for name, n := range nodes {
-		if body, err := httpGet("http://" + n.ip + "/index.html"); err != nil || body != topo {
+		// A started container is not yet a listening httpd: wait for it, as a user would.
+		if body, err := httpGetReady("http://"+n.ip+"/index.html", 15*time.Second); err != nil || body != topo {
 			t.Fatalf("GET %s from the host: got %q, %v; want %q", name, body, err, topo)
 		}
 		if obs, err := d.ObserveAttachment(ctx, n.h, n.att, n.owner); err != nil || obs.Status != substrate.Present {
@@ -502,7 +532,7 @@ func TestDaemonWiringResetAndDestroy(t *testing.T) {
 	if failed.Load() != 0 || served.Load() == 0 {
 		t.Fatalf("web2 during web1's reset: %d served, %d failed; want all served", served.Load(), failed.Load())
 	}
-	if body, err := httpGet("http://198.51.100.11/index.html"); err != nil || body != topo {
+	if body, err := httpGetReady("http://198.51.100.11/index.html", 15*time.Second); err != nil || body != topo {
 		t.Fatalf("GET web1 after reset: got %q, %v", body, err)
 	}
 	if w1.att.MAC != "02:00:c6:33:64:0b" {

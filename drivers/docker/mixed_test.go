@@ -95,7 +95,8 @@ func TestDaemonMixedWithNetnsNode(t *testing.T) {
 		}, "1 packets received"},
 	}
 	for _, x := range exchanges {
-		res, err := x.run()
+		// A started node is not yet a listening httpd: the first exchange with each waits for it.
+		res, err := untilServing(x.run)
 		if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), x.want) {
 			t.Fatalf("%s: got exit %d stdout %q stderr %q, %v; want %q", x.name, res.ExitCode, res.Stdout, res.Stderr, err, x.want)
 		}

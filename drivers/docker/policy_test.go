@@ -80,6 +80,12 @@ func TestDaemonFirewallInsideContainer(t *testing.T) {
 		}
 	}
 	all := map[string]bool{"http 80": true, "http 8080": true, "ping": true}
+	// Started is not yet listening: before the policy, wait until web serves both ports.
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got := probe(); got["http 80"] && got["http 8080"] {
+			break
+		}
+	}
 	check("before the policy", all)
 
 	spec := substrate.PolicySpec{
