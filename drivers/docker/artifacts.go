@@ -6,8 +6,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,20 +141,14 @@ func (d *Driver) VerifyArtifact(ctx context.Context, id substrate.ArtifactIdenti
 }
 
 func hashFile(path string) (digest string, size int64, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, fmt.Errorf("open archive: %w", err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return "", 0, fmt.Errorf("source %s is a directory: the docker driver loads tarballs (tar it, e.g. tar -C DIR -cf rootfs.tar .)", path)
 	}
-	h := sha256.New()
-	n, err := io.Copy(h, f)
+	sum, n, err := substrate.FileSHA256(path)
 	if err != nil {
-		return "", 0, fmt.Errorf("read archive %s: %w", path, err)
+		return "", 0, fmt.Errorf("archive: %w", err)
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
+	return "sha256:" + sum, n, nil
 }
 
 // importRootfs imports a root filesystem tarball as an image tagged tag and returns its id.

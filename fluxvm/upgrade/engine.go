@@ -468,15 +468,13 @@ func (t *tx) runForward(ctx context.Context, c *Component, step string, attempt 
 		if err := c.StateABI.Check(); err != nil {
 			return nil, fmt.Errorf("component %s: %w", c.Name, err)
 		}
-		return nil, t.runHook(ctx, c, step, c.Hooks.Preflight, attempt)
+		return nil, t.runHook(ctx, c, step, hookOf(c, step), attempt)
 	case StepSnapshot:
 		return t.snapshot(ctx, c)
-	case StepApply:
-		return nil, t.runHook(ctx, c, step, c.Hooks.Apply, attempt)
+	case StepApply, StepHealth:
+		return nil, t.runHook(ctx, c, step, hookOf(c, step), attempt)
 	case StepRestore:
 		return t.restoreMaps(ctx, c, false)
-	case StepHealth:
-		return nil, t.runHook(ctx, c, step, c.Hooks.Health, attempt)
 	}
 	return nil, fmt.Errorf("unknown step %s", step)
 }
@@ -558,14 +556,12 @@ func (t *tx) componentRollbackFailed(c *Component) bool {
 
 func (t *tx) runRollbackStep(ctx context.Context, c *Component, step string, attempt int) (json.RawMessage, error) {
 	switch step {
-	case StepRollback:
-		return nil, t.runHook(ctx, c, step, c.Hooks.Rollback, attempt)
+	case StepRollback, StepRollbackHealth:
+		return nil, t.runHook(ctx, c, step, hookOf(c, step), attempt)
 	case StepRestoreFiles:
 		return t.restoreFiles(c)
 	case StepRestoreMaps:
 		return t.restoreMaps(ctx, c, true)
-	case StepRollbackHealth:
-		return nil, t.runHook(ctx, c, step, c.Hooks.RollbackHealth, attempt)
 	}
 	return nil, fmt.Errorf("unknown step %s", step)
 }
