@@ -18,6 +18,7 @@ import (
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/argv"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/guestvm"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -608,7 +609,7 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 	if err != nil {
 		return substrate.ExecResult{}, fmt.Errorf("%s: %w", what, err)
 	}
-	res, err := agentExec(ctx, agentClient(c, dom), req)
+	res, err := guestvm.Exec(ctx, agentClient(c, dom), req)
 	if err != nil {
 		return res, fmt.Errorf("%s (%s): %s: %w", what, dom.Name, req.Argv[0], err)
 	}
