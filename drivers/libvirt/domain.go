@@ -32,6 +32,7 @@ type ownerMeta struct {
 	Kernel     string   `xml:"kernel,attr,omitempty"`   // digest of the kernel artifact
 	SnapKey    string   `xml:"snapkey,attr,omitempty"`  // snapKey of the spec (snapshot.go)
 	Snapshot   string   `xml:"snapshot,attr,omitempty"` // stream digest of the snapshot the overlay sits on
+	SnapGen    string   `xml:"snapgen,attr,omitempty"`  // the generation that took that snapshot (its files' names)
 	Cold       string   `xml:"cold,attr,omitempty"`     // why a reset could not use the snapshot
 }
 

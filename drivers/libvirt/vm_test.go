@@ -222,7 +222,7 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	h4, o4 := reset(h3, o3, "cold: no usable snapshot")
-	if _, err := os.Stat(d.snapBase(o1) + ".json"); err != nil {
+	if _, err := os.Stat(d.snapBase(o4) + ".json"); err != nil {
 		t.Errorf("no new snapshot after a cold start on the baseline: %v", err)
 	}
 	if err := d.VerifyArtifact(ctx, disk); err != nil {
