@@ -97,21 +97,28 @@ func TestRetarget(t *testing.T) {
 	}
 }
 
+// snapshotDriver is a fake-connection driver that waits for a scripted agent (so first starts
+// take snapshots), a stored baseline, and the node spec of an owner and memory size on it.
+func snapshotDriver(t *testing.T) (*Driver, *fakeConn, substrate.ArtifactIdentity, func(substrate.Owner, int) substrate.NodeSpec) {
+	t.Helper()
+	d, fc := fakeDriver(t)
+	d.readyTimeout = 10 * time.Second
+	var seen []string
+	fc.agent = scriptedAgent(t, &seen)
+	base := storedDisk(t, d)
+	return d, fc, base, func(o substrate.Owner, mem int) substrate.NodeSpec {
+		return substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &base, MemoryMB: mem}
+	}
+}
+
 // TestSnapshotFlowOnFakeConnection: the first start takes the node's snapshot (save, disk copy,
 // restore), a reset defines the next generation on the snapshot disk and restores the image
 // retargeted to it, a changed spec or a corrupted disk makes the reset cold and says why, and
 // the snapshot goes with the node's last domain.
 func TestSnapshotFlowOnFakeConnection(t *testing.T) {
 	ctx := context.Background()
-	d, fc := fakeDriver(t)
-	d.readyTimeout = 10 * time.Second
-	var seen []string
-	fc.agent = scriptedAgent(t, &seen)
-	base := storedDisk(t, d)
+	d, fc, _, spec := snapshotDriver(t)
 	o1 := testOwner("vm")
-	spec := func(o substrate.Owner, mem int) substrate.NodeSpec {
-		return substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &base, MemoryMB: mem}
-	}
 	h1, err := d.CreateNode(ctx, spec(o1, 256))
 	if err != nil {
 		t.Fatal(err)
@@ -220,14 +227,7 @@ func TestSnapshotFlowOnFakeConnection(t *testing.T) {
 // sits on, and the node's last domain takes every snapshot.
 func TestKeptGenerationKeepsItsBackingChain(t *testing.T) {
 	ctx := context.Background()
-	d, fc := fakeDriver(t)
-	d.readyTimeout = 10 * time.Second
-	var seen []string
-	fc.agent = scriptedAgent(t, &seen)
-	base := storedDisk(t, d)
-	spec := func(o substrate.Owner, mem int) substrate.NodeSpec {
-		return substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &base, MemoryMB: mem}
-	}
+	d, _, base, spec := snapshotDriver(t)
 	o1 := testOwner("vm")
 	o2, o3 := o1, o1
 	o2.Generation, o3.Generation = 2, 3
