@@ -3,13 +3,11 @@ package firecracker
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"path/filepath"
-	"sort"
 	"time"
 
-	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/guestvm"
 	"zyvor.dev/sysbox/internal/guestagent"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -46,20 +44,13 @@ func (d *Driver) withAgent(ctx context.Context, r nodeRecord, fn func(*guestagen
 func (d *Driver) waitAgent(ctx context.Context, r nodeRecord) error {
 	ctx, cancel := context.WithTimeout(ctx, d.readyTimeout)
 	defer cancel()
-	var last error
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
-		last = d.withAgent(pctx, r, func(c *guestagent.Client) error { return c.Ping(pctx) })
-		pcancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("guest agent on vsock port %d did not answer guest-ping within %s (last: %v): %w", AgentPort, d.readyTimeout, last, driver.ErrUnavailable)
-		case <-time.After(50 * time.Millisecond):
-		}
+	last := guestvm.WaitReady(ctx, 50*time.Millisecond, func(pctx context.Context) error {
+		return d.withAgent(pctx, r, func(c *guestagent.Client) error { return c.Ping(pctx) })
+	})
+	if last != nil {
+		return fmt.Errorf("guest agent on vsock port %d did not answer guest-ping within %s (last: %v): %w", AgentPort, d.readyTimeout, last, driver.ErrUnavailable)
 	}
+	return nil
 }
 
 // Exec runs req.Argv in the guest through the guest agent over vsock (guest-exec, then
@@ -81,22 +72,10 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 	if !isOurVMM(r.PID, r.StartTime, r.Socket) {
 		return substrate.ExecResult{}, fmt.Errorf("%s: the VMM process is not running: %w", what, driver.ErrUnavailable)
 	}
-	args := guestagent.ExecArgs{Path: req.Argv[0], Arg: req.Argv[1:], InputData: req.Stdin, CaptureOutput: true}
-	for k, v := range req.Env {
-		args.Env = append(args.Env, k+"="+v)
-	}
-	sort.Strings(args.Env)
 	res := substrate.ExecResult{ExitCode: -1}
 	err = d.withAgent(ctx, r, func(c *guestagent.Client) error {
-		st, err := c.Exec(ctx, args)
-		if err != nil {
-			return err
-		}
-		res.Stdout, res.Stderr = st.OutData, st.ErrData
-		if st.ExitCode != nil {
-			res.ExitCode = *st.ExitCode
-		}
-		return nil
+		res, err = guestvm.Exec(ctx, c, req)
+		return err
 	})
 	if err != nil {
 		return res, fmt.Errorf("%s: %s: %w", what, req.Argv[0], err)
@@ -104,49 +83,10 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 	return res, nil
 }
 
-// guestNetwork is the guest network configuration of atts and routes: every IPv4 address of
-// every attachment on the NIC with its MAC; the default route via the first gateway, or via
-// a route to 0.0.0.0/0; other routes as given. nil when there is nothing to configure.
+// guestNetwork is the guest network configuration of atts and routes (guestvm.NetworkConfig):
+// nil when there is nothing to configure.
 func guestNetwork(atts []substrate.AttachmentState, routes []substrate.Route) (*guestagent.NetworkConfig, error) {
-	var cfg guestagent.NetworkConfig
-	for _, a := range atts {
-		if len(a.IPv4) == 0 {
-			continue
-		}
-		nic := guestagent.NetInterface{MAC: a.MAC}
-		for _, p := range a.IPv4 {
-			if _, err := linuxnet.ParseIPv4Prefix(p); err != nil {
-				return nil, fmt.Errorf("attachment %s: %w", a.Name, err)
-			}
-			nic.Addresses = append(nic.Addresses, p)
-		}
-		cfg.Interfaces = append(cfg.Interfaces, nic)
-		if cfg.Gateway == "" && a.Gateway != "" {
-			if _, err := linuxnet.ParseIPv4(a.Gateway); err != nil {
-				return nil, fmt.Errorf("attachment %s: gateway: %w", a.Name, err)
-			}
-			cfg.Gateway = a.Gateway
-		}
-	}
-	for _, rt := range routes {
-		if _, err := linuxnet.ParseIPv4(rt.Via); err != nil {
-			return nil, fmt.Errorf("route to %s: %w", rt.To, err)
-		}
-		p, err := netip.ParsePrefix(rt.To)
-		switch {
-		case rt.To == "default" || err == nil && p.Bits() == 0 && p.Addr().Is4():
-			cfg.Gateway = rt.Via
-		case err != nil || !p.Addr().Is4():
-			return nil, fmt.Errorf("route: destination %q is not an IPv4 prefix", rt.To)
-		default:
-			// ip refuses a destination with host bits set.
-			cfg.Routes = append(cfg.Routes, guestagent.Route{Destination: p.Masked().String(), Via: rt.Via})
-		}
-	}
-	if len(cfg.Interfaces) == 0 && cfg.Gateway == "" && len(cfg.Routes) == 0 {
-		return nil, nil
-	}
-	return &cfg, nil
+	return guestvm.NetworkConfig(atts, routes)
 }
 
 // applyNetwork waits for the guest agent and applies cfg (idempotent: ip addr/route replace).

@@ -1,6 +1,7 @@
 package libvirt
 
 import (
+	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -31,6 +32,7 @@ type ownerMeta struct {
 	Kernel     string   `xml:"kernel,attr,omitempty"`   // digest of the kernel artifact
 	SnapKey    string   `xml:"snapkey,attr,omitempty"`  // snapKey of the spec (snapshot.go)
 	Snapshot   string   `xml:"snapshot,attr,omitempty"` // stream digest of the snapshot the overlay sits on
+	SnapGen    string   `xml:"snapgen,attr,omitempty"`  // the generation that took that snapshot (its files' names)
 	Cold       string   `xml:"cold,attr,omitempty"`     // why a reset could not use the snapshot
 }
 
@@ -197,6 +199,43 @@ func nicDevice(tap, mac string) libvirtxml.DomainInterface {
 		MAC:    &libvirtxml.DomainInterfaceMAC{Address: mac},
 		Model:  &libvirtxml.DomainInterfaceModel{Type: "virtio"},
 	}
+}
+
+// User aliases ("ua-" and [A-Za-z0-9_-], libvirt's rule) survive in the persistent definition;
+// sysbox names each interface's attachment with one. A name outside that set is hex-encoded.
+const (
+	aliasPlain = "ua-sysbox-a-"
+	aliasHex   = "ua-sysbox-h-"
+)
+
+func attachmentAlias(name string) *libvirtxml.DomainAlias {
+	plain := name != ""
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return &libvirtxml.DomainAlias{Name: aliasPlain + name}
+	}
+	return &libvirtxml.DomainAlias{Name: aliasHex + hex.EncodeToString([]byte(name))}
+}
+
+// attachmentOf reads the attachment name back from an interface's alias.
+func attachmentOf(ifc libvirtxml.DomainInterface) (string, bool) {
+	if ifc.Alias == nil {
+		return "", false
+	}
+	if n, ok := strings.CutPrefix(ifc.Alias.Name, aliasPlain); ok && n != "" {
+		return n, true
+	}
+	if h, ok := strings.CutPrefix(ifc.Alias.Name, aliasHex); ok {
+		if b, err := hex.DecodeString(h); err == nil && len(b) > 0 {
+			return string(b), true
+		}
+	}
+	return "", false
 }
 
 // findNIC returns the domain's interface on tap, if any.

@@ -146,7 +146,7 @@ func (d *Driver) DomainType() string { return d.domainType }
 func (d *Driver) Descriptor() driver.Descriptor {
 	return driver.Descriptor{Name: Name, Version: Version + "+" + d.domainType, Capabilities: []driver.Capability{
 		driver.CapArtifact, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState,
-		driver.CapGuestExec, driver.CapReset, driver.CapAudit,
+		driver.CapGuestExec, driver.CapReset, driver.CapAudit, driver.CapImport,
 	}}
 }
 

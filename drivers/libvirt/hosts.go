@@ -8,6 +8,7 @@ import (
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/guestvm"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -29,7 +30,7 @@ func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner subs
 		return err
 	}
 	ag := agentClient(c, dom)
-	cur, err := agentExec(ctx, ag, substrate.ExecRequest{Argv: []string{"cat", "/etc/hosts"}})
+	cur, err := guestvm.Exec(ctx, ag, substrate.ExecRequest{Argv: []string{"cat", "/etc/hosts"}})
 	if err != nil {
 		return fmt.Errorf("%s: domain %s: read /etc/hosts: %w", what, dom.Name, err)
 	}
@@ -42,7 +43,7 @@ func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner subs
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res, err := agentExec(wctx, ag, substrate.ExecRequest{Argv: []string{"sh", "-c", "cat > /etc/hosts.sysbox && mv /etc/hosts.sysbox /etc/hosts"},
+	res, err := guestvm.Exec(wctx, ag, substrate.ExecRequest{Argv: []string{"sh", "-c", "cat > /etc/hosts.sysbox && mv /etc/hosts.sysbox /etc/hosts"},
 		Stdin: linuxnet.RenderHosts(base, owner, entries)})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))

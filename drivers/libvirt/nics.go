@@ -79,6 +79,7 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 		}
 	} else {
 		dev := nicDevice(p.Tap, mac.String())
+		dev.Alias = attachmentAlias(spec.Name) // names the attachment for ImportNode
 		doc, err := dev.Marshal()
 		if err != nil {
 			return substrate.AttachmentState{}, fmt.Errorf("%s: interface XML: %w", what, err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/argv"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/guestvm"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -213,7 +215,14 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, snap *
 	meta := newOwnerMeta(spec.Owner)
 	meta.Overlay, meta.Baseline, meta.SnapKey, meta.Cold = overlay, spec.Artifact.Digest, snapKey(d.domainType, spec), cold
 	if snap != nil {
-		backing, format, meta.Snapshot = d.snapBase(spec.Owner)+".qcow2", "qcow2", snap.StreamSHA256
+		// The snapshot's own files, named after the generation that took it: never replaced, so
+		// this generation's backing chain stays what it was defined on.
+		taker, err := substrate.ParseMarker(snap.Marker)
+		if err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: snapshot manifest: %w", what, err)
+		}
+		backing, format = d.snapshotBase(spec.Owner, taker.Generation)+".qcow2", "qcow2"
+		meta.Snapshot, meta.SnapGen = snap.StreamSHA256, strconv.FormatUint(taker.Generation, 10)
 	}
 	if err := d.createOverlay(ctx, spec.Owner, backing, format, overlay); err != nil {
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
@@ -485,6 +494,7 @@ type ownedDomain struct {
 	dom     golibvirt.Domain
 	owner   substrate.Owner
 	overlay string
+	snapGen uint64 // the generation whose snapshot its overlay sits on; 0: none
 }
 
 // ownedDomains lists the domains (running or not) whose metadata names topology.
@@ -510,7 +520,8 @@ func (d *Driver) ownedDomains(ctx context.Context, c conn, topology string) ([]o
 			continue
 		}
 		if o, ok := m.owner(); ok && o.Topology == topology {
-			out = append(out, ownedDomain{dom: dom, owner: o, overlay: m.Overlay})
+			gen, _ := strconv.ParseUint(m.SnapGen, 10, 64)
+			out = append(out, ownedDomain{dom: dom, owner: o, overlay: m.Overlay, snapGen: gen})
 		}
 	}
 	return out, nil
@@ -568,8 +579,9 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if err := d.removeOverlay(d.overlayPath(owner)); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	// The node's snapshot outlives a generation (a reset deletes the prior one after the next
-	// runs, maybe on that snapshot's disk); it goes with the node's last domain.
+	// A snapshot outlives the generation that took it (later ones sit on its disk); what no
+	// remaining domain of the node sits on goes, but the newest, and everything with the
+	// node's last domain.
 	if c == nil {
 		if c, err = d.conn(ctx); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
@@ -579,13 +591,17 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	var left []ownedDomain
 	for _, od := range doms {
 		if od.owner.SameResource(owner) {
-			return nil
+			left = append(left, od)
 		}
 	}
-	if err := d.removeSnapshot(owner); err != nil {
+	if err := d.pruneSnapshots(owner, left); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
+	}
+	if len(left) > 0 {
+		return nil
 	}
 	if err := d.removeDirIfEmpty(owner.Topology); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -608,7 +624,7 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 	if err != nil {
 		return substrate.ExecResult{}, fmt.Errorf("%s: %w", what, err)
 	}
-	res, err := agentExec(ctx, agentClient(c, dom), req)
+	res, err := guestvm.Exec(ctx, agentClient(c, dom), req)
 	if err != nil {
 		return res, fmt.Errorf("%s (%s): %s: %w", what, dom.Name, req.Argv[0], err)
 	}
@@ -735,7 +751,7 @@ func (d *Driver) overlayResidue(topology string) ([]substrate.Object, error) {
 		}
 		if o.Topology == topology {
 			kind := "overlay"
-			if strings.HasSuffix(e.Name(), "-snap.owner") {
+			if strings.Contains(e.Name(), "-snap-g") {
 				kind = "snapshot"
 			}
 			out = append(out, substrate.Object{Kind: kind, ExternalID: strings.TrimSuffix(p, ".owner") + ".qcow2", Owner: o})

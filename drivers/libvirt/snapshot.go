@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -22,13 +23,20 @@ import (
 // The reset fast path (S15). The first time a generation whose overlay sits directly on the
 // baseline answers its agent, the driver saves it (libvirt save image: memory and device state),
 // copies its overlay as it was at that instant (the disk the saved memory belongs to) and
-// restores it, so the node runs on. That pair is the node's baseline snapshot, kept per node
-// (not per generation) beside the overlays:
+// restores it, so the node runs on. That pair is a snapshot of the node, named after the
+// generation that took it, beside the overlays:
 //
-//	sysbox-<id>-snap.owner  owner record (the generation that took it), written first: audit
-//	sysbox-<id>-snap.qcow2  the disk at save time (an overlay of the baseline), read-only
-//	sysbox-<id>-snap.save   the save image; its header XML is rewritten before each restore
-//	sysbox-<id>-snap.json   manifest, written last (fsync, rename): without it nothing is valid
+//	sysbox-<id>-snap-g<N>.owner  owner record (generation N, which took it), written first: audit
+//	sysbox-<id>-snap-g<N>.qcow2  the disk at save time (an overlay of the baseline), read-only
+//	sysbox-<id>-snap-g<N>.save   the save image; its header XML is rewritten before each restore
+//	sysbox-<id>-snap-g<N>.json   manifest, written last (fsync, rename): without it nothing is valid
+//
+// A snapshot is never replaced: a later generation that boots cold on the baseline takes its own
+// under its own name, so a generation whose overlay sits on an older snapshot disk (its domain
+// metadata names that generation, snapgen) keeps the backing chain it was defined on, also when
+// it is kept after a failed reset and started cold again later. A reset uses the newest usable
+// snapshot; deleting a generation prunes the node's snapshots that no remaining domain of the
+// node sits on, except the newest, and the node's last domain takes them all.
 //
 // A reset whose spec matches the manifest's key and whose disk still has the recorded digest
 // puts the new generation's overlay on the snapshot disk and, at its first start, restores the
@@ -52,9 +60,44 @@ type snapManifest struct {
 	DiskSHA256   string     `json:"disk_sha256"`
 }
 
-// snapBase is the path prefix of o's node snapshot files (the same for every generation).
+// snapBase is the path prefix of the snapshot files generation o takes.
 func (d *Driver) snapBase(o substrate.Owner) string {
-	return filepath.Join(d.overlayDir(o.Topology), fmt.Sprintf("sysbox-%s-snap", o.ShortID(16)))
+	return d.snapshotBase(o, o.Generation)
+}
+
+// snapshotBase is the path prefix of the snapshot o's node took at generation gen.
+func (d *Driver) snapshotBase(o substrate.Owner, gen uint64) string {
+	return filepath.Join(d.overlayDir(o.Topology), fmt.Sprintf("%s%d", snapPrefix(o), gen))
+}
+
+// snapPrefix starts the file names of every snapshot of o's node.
+func snapPrefix(o substrate.Owner) string { return fmt.Sprintf("sysbox-%s-snap-g", o.ShortID(16)) }
+
+// snapshotGens lists the generations that left snapshot files of o's node (complete or not),
+// newest first.
+func (d *Driver) snapshotGens(o substrate.Owner) ([]uint64, error) {
+	ents, err := os.ReadDir(d.overlayDir(o.Topology))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	seen := map[uint64]bool{}
+	var out []uint64
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), snapPrefix(o))
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, ".")
+		if gen, err := strconv.ParseUint(num, 10, 64); err == nil && !seen[gen] {
+			seen[gen] = true
+			out = append(out, gen)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] > out[j] })
+	return out, nil
 }
 
 // startRecord sits beside a generation's overlay once it has been started: how (snapshot or
@@ -106,18 +149,38 @@ func readSnapManifest(path string) (snapManifest, error) {
 	return m, nil
 }
 
-// usableSnapshot returns o's snapshot when it may back spec's new generation: manifest present
-// and of this resource, key equal, disk digest unchanged, save image of the recorded length.
-// The stream itself is re-hashed right before the restore. The error says why not.
+// usableSnapshot returns the newest snapshot of o's node that may back spec's new generation:
+// manifest present and taken by that generation of this resource, key equal, disk digest
+// unchanged, save image of the recorded length. The stream itself is re-hashed right before the
+// restore. The error says why none is (the newest one's reason).
 func (d *Driver) usableSnapshot(o substrate.Owner, spec substrate.NodeSpec) (snapManifest, error) {
-	base := d.snapBase(o)
+	gens, err := d.snapshotGens(o)
+	if err != nil {
+		return snapManifest{}, err
+	}
+	first := fmt.Errorf("no snapshot of %s in %s", o.Address, d.overlayDir(o.Topology))
+	for i, gen := range gens {
+		m, err := d.checkSnapshot(o, gen, spec)
+		if err == nil {
+			return m, nil
+		}
+		if i == 0 {
+			first = err
+		}
+	}
+	return snapManifest{}, first
+}
+
+// checkSnapshot checks the snapshot o's node took at generation gen against spec.
+func (d *Driver) checkSnapshot(o substrate.Owner, gen uint64, spec substrate.NodeSpec) (snapManifest, error) {
+	base := d.snapshotBase(o, gen)
 	m, err := readSnapManifest(base + ".json")
 	if err != nil {
 		return m, err
 	}
 	mo, err := substrate.ParseMarker(m.Marker)
-	if err != nil || !mo.SameResource(o) {
-		return m, fmt.Errorf("snapshot %s belongs to %q, not %s", base, m.Marker, o.Address)
+	if err != nil || !mo.SameResource(o) || mo.Generation != gen {
+		return m, fmt.Errorf("snapshot %s belongs to %q, not generation %d of %s", base, m.Marker, gen, o.Address)
 	}
 	if m.Key != snapKey(d.domainType, spec) {
 		return m, fmt.Errorf("snapshot %s was taken under another baseline, kernel, command line, memory or CPU count", base)
@@ -140,11 +203,15 @@ func (d *Driver) usableSnapshot(o substrate.Owner, spec substrate.NodeSpec) (sna
 }
 
 // takeSnapshot saves the running domain (which stops it), copies its overlay, restores it and
-// records the pair as o's snapshot. The domain runs again when it returns, even on error (a
-// cold start if the restore fails). Files are written under temporary names and the manifest
-// last, so an interruption leaves no snapshot that looks valid.
+// records the pair as generation o's snapshot. The domain runs again when it returns, even on
+// error (a cold start if the restore fails). Files are written under temporary names and the
+// manifest last, so an interruption leaves no snapshot that looks valid; a complete snapshot is
+// never taken again (domains may sit on its disk).
 func (d *Driver) takeSnapshot(ctx context.Context, what string, c conn, dom golibvirt.Domain, o substrate.Owner, m ownerMeta) error {
 	base := d.snapBase(o)
+	if _, ok, err := durable.ReadFileIfExists(base + ".json"); err != nil || ok {
+		return err
+	}
 	if err := durable.WriteFile(base+".owner", []byte(o.Marker()+"\n"), 0o644); err != nil {
 		return fmt.Errorf("snapshot owner record: %w", err)
 	}
@@ -190,10 +257,8 @@ func (d *Driver) takeSnapshot(ctx context.Context, what string, c conn, dom goli
 	if err := syncFile(tmpSave); err != nil {
 		return err
 	}
-	// The manifest goes first: an old manifest beside new files would not match their digests.
-	if err := os.Remove(base + ".json"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
+	// No manifest yet (checked above): no domain sits on these names, which a killed earlier
+	// attempt may have left.
 	if err := os.Rename(tmpSave, base+".save"); err != nil {
 		return err
 	}
@@ -227,7 +292,11 @@ func syncFile(p string) error {
 // XML is retargeted to this domain (name, UUID, metadata, overlay, console, taps by MAC) and
 // written into the image before libvirt restores it.
 func (d *Driver) restoreSnapshot(c conn, x *libvirtxml.Domain, o substrate.Owner, m ownerMeta) error {
-	base := d.snapBase(o)
+	gen, err := strconv.ParseUint(m.SnapGen, 10, 64)
+	if err != nil {
+		return fmt.Errorf("domain %s sits on a snapshot but names no snapshot generation (%q)", x.Name, m.SnapGen)
+	}
+	base := d.snapshotBase(o, gen)
 	man, err := readSnapManifest(base + ".json")
 	if err != nil {
 		return err
@@ -304,12 +373,37 @@ func retarget(saved string, x *libvirtxml.Domain) (string, error) {
 	return t.Marshal()
 }
 
-// removeSnapshot deletes o's snapshot files (owner record last).
-func (d *Driver) removeSnapshot(o substrate.Owner) error {
-	base := d.snapBase(o)
-	for _, s := range []string{".json", ".save", ".qcow2", ".save.tmp", ".qcow2.tmp", ".owner"} {
-		if err := os.Remove(base + s); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove snapshot file: %w", err)
+// pruneSnapshots deletes the snapshots of o's node that none of remaining (the node's domains
+// left) sits on, except the newest complete one (what the next reset uses); with no domain left
+// it deletes them all.
+func (d *Driver) pruneSnapshots(o substrate.Owner, remaining []ownedDomain) error {
+	gens, err := d.snapshotGens(o)
+	if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
+	keep := map[uint64]bool{}
+	for _, od := range remaining {
+		if od.snapGen != 0 {
+			keep[od.snapGen] = true
+		}
+	}
+	if len(remaining) > 0 {
+		for _, gen := range gens {
+			if _, ok, _ := durable.ReadFileIfExists(d.snapshotBase(o, gen) + ".json"); ok {
+				keep[gen] = true
+				break
+			}
+		}
+	}
+	for _, gen := range gens {
+		if keep[gen] {
+			continue
+		}
+		base := d.snapshotBase(o, gen)
+		for _, s := range []string{".json", ".save", ".qcow2", ".save.tmp", ".qcow2.tmp", ".owner"} {
+			if err := os.Remove(base + s); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove snapshot file: %w", err)
+			}
 		}
 	}
 	return nil

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"libvirt.org/go/libvirtxml"
 
+	"zyvor.dev/sysbox/internal/argv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -95,21 +97,28 @@ func TestRetarget(t *testing.T) {
 	}
 }
 
+// snapshotDriver is a fake-connection driver that waits for a scripted agent (so first starts
+// take snapshots), a stored baseline, and the node spec of an owner and memory size on it.
+func snapshotDriver(t *testing.T) (*Driver, *fakeConn, substrate.ArtifactIdentity, func(substrate.Owner, int) substrate.NodeSpec) {
+	t.Helper()
+	d, fc := fakeDriver(t)
+	d.readyTimeout = 10 * time.Second
+	var seen []string
+	fc.agent = scriptedAgent(t, &seen)
+	base := storedDisk(t, d)
+	return d, fc, base, func(o substrate.Owner, mem int) substrate.NodeSpec {
+		return substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &base, MemoryMB: mem}
+	}
+}
+
 // TestSnapshotFlowOnFakeConnection: the first start takes the node's snapshot (save, disk copy,
 // restore), a reset defines the next generation on the snapshot disk and restores the image
 // retargeted to it, a changed spec or a corrupted disk makes the reset cold and says why, and
 // the snapshot goes with the node's last domain.
 func TestSnapshotFlowOnFakeConnection(t *testing.T) {
 	ctx := context.Background()
-	d, fc := fakeDriver(t)
-	d.readyTimeout = 10 * time.Second
-	var seen []string
-	fc.agent = scriptedAgent(t, &seen)
-	base := storedDisk(t, d)
+	d, fc, _, spec := snapshotDriver(t)
 	o1 := testOwner("vm")
-	spec := func(o substrate.Owner, mem int) substrate.NodeSpec {
-		return substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &base, MemoryMB: mem}
-	}
 	h1, err := d.CreateNode(ctx, spec(o1, 256))
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +180,7 @@ func TestSnapshotFlowOnFakeConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Generation 3 started cold on the baseline and took a new snapshot; corrupt its disk.
-	if err := os.WriteFile(sb+".qcow2", []byte("changed"), 0o644); err != nil {
+	if err := os.WriteFile(d.snapBase(o3)+".qcow2", []byte("changed"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	o4 := o3
@@ -208,5 +217,95 @@ func TestSnapshotFlowOnFakeConnection(t *testing.T) {
 	}
 	if _, err := os.Stat(d.overlayDir(o1.Topology)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("overlay directory after deleting the node: %v, want gone", err)
+	}
+}
+
+// TestKeptGenerationKeepsItsBackingChain: a generation restored from the node's snapshot and
+// kept (its reset failed) keeps the snapshot disk it was defined on when a later generation
+// boots cold on the baseline and takes a new snapshot, so a cold start of the kept generation
+// later still runs on the disk its overlay was made on; pruning keeps what a remaining domain
+// sits on, and the node's last domain takes every snapshot.
+func TestKeptGenerationKeepsItsBackingChain(t *testing.T) {
+	ctx := context.Background()
+	d, _, base, spec := snapshotDriver(t)
+	o1 := testOwner("vm")
+	o2, o3 := o1, o1
+	o2.Generation, o3.Generation = 2, 3
+	h1, err := d.CreateNode(ctx, spec(o1, 256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StartNode(ctx, h1, spec(o1, 256)); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := d.NewGeneration(ctx, h1, o1, spec(o2, 256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StartNode(ctx, h2, spec(o2, 256)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DeleteNode(ctx, h1, o1); err != nil {
+		t.Fatal(err)
+	}
+	// The file generation 2's overlay was created on, and its content then.
+	var backing string
+	for _, c := range d.run.(*argv.Fake).Calls {
+		if c.Argv[len(c.Argv)-1] == d.overlayPath(o2) {
+			backing = c.Argv[slices.Index(c.Argv, "-b")+1]
+		}
+	}
+	if backing == "" || backing == filepath.Join(base.Ref, fileDisk) {
+		t.Fatalf("generation 2's overlay backing file %q: want a snapshot disk", backing)
+	}
+	want, _, err := substrate.FileSHA256(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A reset under another memory size boots cold on the baseline; the new generation's first
+	// start (its guest wrote its overlay meanwhile) takes a snapshot. The reset then fails:
+	// generation 2 is kept.
+	h3, err := d.NewGeneration(ctx, h2, o2, spec(o3, 512))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.overlayPath(o3), []byte("QFI\xfb overlay written by generation 3"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StartNode(ctx, h3, spec(o3, 512)); err != nil {
+		t.Fatal(err)
+	}
+	if obs, _ := d.ObserveNode(ctx, h3, o3); !strings.HasPrefix(obs.Attributes["started_from"], "cold: no usable snapshot") {
+		t.Fatalf("generation 3 started_from %q, want cold: no usable snapshot", obs.Attributes["started_from"])
+	}
+	if gens, _ := d.snapshotGens(o3); len(gens) != 2 {
+		t.Fatalf("snapshots after generation 3's first start: generations %v, want two (1 and 3)", gens)
+	}
+	if err := d.DeleteNode(ctx, h3, o3); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := substrate.FileSHA256(backing); err != nil || got != want {
+		t.Fatalf("generation 2's backing file %s: sha256 %s, %v; want %s, unchanged (a later cold start would run on another disk)", backing, got, err, want)
+	}
+	// Generation 2, kept, is stopped and started cold again: on the same chain.
+	if err := d.StopNode(ctx, h2, o2); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.StartNode(ctx, h2, spec(o2, 256)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := substrate.FileSHA256(backing); err != nil || got != want {
+		t.Fatalf("generation 2's backing file after its restart: sha256 %s, %v; want %s", got, err, want)
+	}
+	// Generation 3's snapshot (the newest) stays for the next reset beside generation 1's (which
+	// generation 2 sits on); with the node's last domain both go.
+	if gens, _ := d.snapshotGens(o2); len(gens) != 2 {
+		t.Errorf("snapshots while generation 2 runs: generations %v, want 1 and 3", gens)
+	}
+	if err := d.DeleteNode(ctx, h2, o2); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.Residue(ctx, o1.Topology); err != nil || len(res) != 0 {
+		t.Errorf("residue after deleting the node: %+v, %v; want none", res, err)
 	}
 }

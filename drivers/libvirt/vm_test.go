@@ -79,7 +79,8 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 		return substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &disk, Kernel: &kernel, MemoryMB: 256,
 			Command: []string{"console=ttyS0", "panic=-1", "quiet"}}
 	}
-	att := substrate.AttachmentSpec{Node: o1.Address, Name: "eth0", Network: br, IPv4: []string{"198.51.100.10/24"}, MAC: "02:00:c6:33:64:0a"}
+	att := substrate.AttachmentSpec{Node: o1.Address, Name: "eth0", Network: br, IPv4: []string{"198.51.100.10/24"}, MAC: "02:00:c6:33:64:0a",
+		Gateway: "198.51.100.1"}
 	bringUp := func(h substrate.Handle, o substrate.Owner) substrate.AttachmentState {
 		t.Helper()
 		a := att
@@ -130,6 +131,26 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 	if _, err := os.Stat(d.snapBase(o1) + ".json"); err != nil {
 		t.Fatalf("no baseline snapshot after the first start: %v (%s)", err, obs.Attributes["started_from"])
 	}
+
+	// Import of the running generation: normalized from the definition, the backing chain and
+	// the guest agent (addresses and the default route's gateway).
+	checkImport := func(h substrate.Handle, o substrate.Owner) {
+		t.Helper()
+		imp, err := d.ImportNode(ctx, h.ExternalID, o)
+		if err != nil {
+			t.Fatalf("ImportNode(generation %d): %v", o.Generation, err)
+		}
+		if imp.Artifact == nil || imp.Artifact.Digest != disk.Digest || imp.Kernel == nil || imp.Kernel.Digest != kernel.Digest ||
+			strings.Join(imp.Command, " ") != "console=ttyS0 panic=-1 quiet" || imp.MemoryMB != 256 || imp.CPUs != 1 {
+			t.Errorf("ImportNode(generation %d): artifact %+v kernel %+v command %q memory %d vCPUs %d; want %s, %s, the spec's command line, 256 MiB, 1",
+				o.Generation, imp.Artifact, imp.Kernel, imp.Command, imp.MemoryMB, imp.CPUs, disk.Digest, kernel.Digest)
+		}
+		if len(imp.Attachments) != 1 || imp.Attachments[0].Name != "eth0" || imp.Attachments[0].MAC != att.MAC ||
+			strings.Join(imp.Attachments[0].IPv4, ",") != "198.51.100.10/24" || imp.Attachments[0].Gateway != "198.51.100.1" {
+			t.Errorf("ImportNode(generation %d): attachments %+v; want eth0 %s 198.51.100.10/24 via 198.51.100.1", o.Generation, imp.Attachments, att.MAC)
+		}
+	}
+	checkImport(h1, o1)
 
 	// reset makes the next generation from h, o, checks which path started it (started_from
 	// begins with want), that the file the prior generation wrote is gone and that the same MAC
@@ -184,6 +205,7 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 	}
 	// The fast path: the new generation is restored from the snapshot taken at the first start.
 	h2, o2 := reset(h1, o1, "snapshot")
+	checkImport(h2, o2) // its overlay sits on the snapshot disk, which sits on the baseline
 	// A corrupted save image: the reset notices at the restore and boots cold.
 	f, err := os.OpenFile(d.snapBase(o1)+".save", os.O_WRONLY, 0)
 	if err != nil {
@@ -200,7 +222,7 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	h4, o4 := reset(h3, o3, "cold: no usable snapshot")
-	if _, err := os.Stat(d.snapBase(o1) + ".json"); err != nil {
+	if _, err := os.Stat(d.snapBase(o4) + ".json"); err != nil {
 		t.Errorf("no new snapshot after a cold start on the baseline: %v", err)
 	}
 	if err := d.VerifyArtifact(ctx, disk); err != nil {

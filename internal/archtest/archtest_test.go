@@ -59,6 +59,10 @@ func TestRulesCatchBadImports(t *testing.T) {
 		{"internal/guestagent", "internal/durable"},
 		{"cmd/sysbox-guest", "internal/driver"},
 		{"cmd/sysbox-guest", "internal/cli/sysbox"},
+		{"internal/driver/guestvm", "drivers/linuxnet"},
+		{"internal/driver/guestvm", "internal/durable"},
+		{"internal/driver/guestvm", "internal/driver/fake"},
+		{"internal/guestagent", "internal/driver/guestvm"},
 	} {
 		got := Violations([]Package{{Path: tc.from, Imports: []string{tc.imp}}}, Rules)
 		if len(got) == 0 {
@@ -76,6 +80,11 @@ func TestRulesCatchBadImports(t *testing.T) {
 		{"fluxvm/upgrade", "internal/durable"},
 		{"drivers/libvirt", "internal/guestagent"},
 		{"cmd/sysbox-guest", "internal/guestagent"},
+		{"internal/driver/guestvm", "internal/guestagent"},
+		{"internal/driver/guestvm", "internal/driver"},
+		{"internal/driver/guestvm", "pkg/substrate"},
+		{"drivers/libvirt", "internal/driver/guestvm"},
+		{"drivers/firecracker", "internal/driver/guestvm"},
 		{"internal/controlplane/store", "internal/backend/sqlstore"},
 	} {
 		if got := Violations([]Package{{Path: tc.from, Imports: []string{tc.imp}}}, Rules); len(got) != 0 {

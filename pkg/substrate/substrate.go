@@ -236,6 +236,10 @@ type ImportedNode struct {
 	Artifact    *ArtifactIdentity `json:"artifact,omitempty"`
 	Command     []string          `json:"command,omitempty"`
 	Attachments []AttachmentState `json:"attachments,omitempty"`
+	// VM drivers also report what NodeSpec carries for a VM (zero: not applicable).
+	Kernel   *ArtifactIdentity `json:"kernel,omitempty"`
+	CPUs     int               `json:"cpus,omitempty"`
+	MemoryMB int               `json:"memory_mb,omitempty"`
 }
 
 // Seal wraps a driver's private value v as an envelope of that driver and version.

@@ -29,6 +29,11 @@ sysbox_node
           sysbox writes nothing onto it: the container must have been created with this
           topology's ownership labels (dev.zyvor.sysbox.topology, .address, .type and
           .generation=1) and --network none. A refused import prints the exact --label flags.
+  libvirt EXTERNAL_ID is a domain name or UUID. sysbox writes nothing onto it: its definition
+          must carry sysbox's <metadata> owner element for this topology, address, type and
+          generation 1 (a refused import prints it), run on one qcow2 overlay (its backing
+          chain's root is the baseline) and have the guest agent channel; NICs only on taps
+          sysbox made for this node.
 sysbox_network
   netns   EXTERNAL_ID is a Linux bridge in the host namespace. Unmarked (empty alias) or marked
           for the same resource: claimed, marked, its MAC pinned and its forward-accept rule
