@@ -434,7 +434,8 @@ func runOf(t *testing.T, data string) *ui.Run {
 // run and the event, not a silently shorter list.
 func TestCheckpointEventsBesideTheGraph(t *testing.T) {
 	r := newRig(t)
-	c, cancel := context.WithCancel(ctx)
+	// A generous bound: a change that never arrives fails the read instead of hanging.
+	c, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	rd := r.events(c, "")
 	first := next(t, rd)
