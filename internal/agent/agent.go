@@ -30,6 +30,9 @@ type Job struct {
 	Bundle   []byte    // the revision (topology bundle) the run works on
 	Progress io.Writer // each line becomes a "progress" event of the run (the command's stdout)
 	Errors   io.Writer // each line becomes a "stderr" event (the command's stderr)
+	// Emit appends one event of another kind (e.g. "checkpoint") to the run's log, after
+	// the complete lines written before it.
+	Emit func(kind, data string) error
 	// Project stores projections under the lease while the run goes on; PlanOutput stores
 	// the plan file a plan run made. A fenced refusal of either cancels the run.
 	Project    func(ps ...client.Projection) error
@@ -133,6 +136,7 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	pw := &progress{snd: snd, kind: "progress"}
 	ew := &progress{snd: snd, kind: "stderr"}
 	job := Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw, Errors: ew,
+		Emit: func(kind, data string) error { return snd.add(client.Event{Kind: kind, Data: data}) },
 		// Projections go after the events written before them (a reader never sees a
 		// resource projected before its progress line).
 		Project: func(ps ...client.Projection) error {

@@ -105,11 +105,39 @@ type record struct {
 	Op     *OpState   `json:"op,omitempty"`
 }
 
+// Record is one durable checkpoint record as a reader outside recovery sees it: its number in
+// the log, when it was written, and what it says — a run began ("run": Run, Command), an
+// operation reached a step ("op": Address, Action, Step), the run ended ("end"). It carries
+// nothing else of the operation (no desired spec, handles, owner anchors or error text), so it
+// may be shown anywhere (the web view).
+type Record struct {
+	Seq     uint64       `json:"seq"`
+	At      time.Time    `json:"at"`
+	Type    string       `json:"type"`
+	Run     string       `json:"run,omitempty"`
+	Command string       `json:"command,omitempty"`
+	Address string       `json:"address,omitempty"`
+	Action  plans.Action `json:"action,omitempty"`
+	Step    Step         `json:"step,omitempty"`
+}
+
+func (r record) summary(seq uint64) Record {
+	out := Record{Seq: seq, At: r.At, Type: r.Type}
+	if r.Header != nil {
+		out.Run, out.Command = r.Header.Run, r.Header.Command
+	}
+	if r.Op != nil {
+		out.Address, out.Action, out.Step = r.Op.Addr, r.Op.Op, r.Op.Step
+	}
+	return out
+}
+
 // Log is the active run's checkpoint log: a durable.Log (group commit, one repair rule) of
 // checkpoint records.
 type Log struct {
-	dl    *durable.Log
-	after func(point string) // Executor.AfterDurable
+	dl     *durable.Log
+	after  func(point string) // Executor.AfterDurable
+	notify func(Record)       // Executor.Checkpointed
 }
 
 // Stats reports how many records and fsyncs a log has done (for benchmarks).
@@ -118,6 +146,11 @@ type Stats = durable.LogStats
 // CreateLog starts a new checkpoint log in dir with h as its first record. An existing log
 // (an interrupted run) is an error: recover first.
 func CreateLog(dir string, h RunHeader, after func(point string)) (*Log, error) {
+	return createLog(dir, h, after, nil)
+}
+
+// createLog is CreateLog that also tells notify of each durable record, the header included.
+func createLog(dir string, h RunHeader, after func(point string), notify func(Record)) (*Log, error) {
 	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -129,7 +162,7 @@ func CreateLog(dir string, h RunHeader, after func(point string)) (*Log, error) 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	l := &Log{dl: dl, after: after}
+	l := &Log{dl: dl, after: after, notify: notify}
 	if err := l.write(record{Type: "run", Header: &h}); err != nil {
 		dl.Close()
 		return nil, err
@@ -170,6 +203,9 @@ func (l *Log) write(r record) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	if l.notify != nil {
+		l.notify(r.summary(r.Seq))
+	}
 	if l.after != nil {
 		l.after(PointCheckpoint)
 	}
@@ -206,6 +242,8 @@ type Interrupted struct {
 	// TornTail is set when the last record was incompletely written (never acknowledged, so
 	// the step it guarded never ran): it is ignored, and cut off when recovery reopens the log.
 	TornTail bool
+	// Records are every complete record in log order, summarised (the web view shows them).
+	Records []Record
 }
 
 // ErrInterrupted says a checkpoint log of an unfinished run exists.
@@ -224,6 +262,7 @@ func ReadLog(dir string) (*Interrupted, error) {
 		if err := rec.Decode(&r); err != nil {
 			return err
 		}
+		it.Records = append(it.Records, r.summary(rec.Seq))
 		switch r.Type {
 		case "run":
 			if rec.Seq != 1 || r.Header == nil {

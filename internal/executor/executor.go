@@ -42,6 +42,11 @@ type Executor struct {
 	// record is durable (the run header counts as the first), with PointState right after
 	// each state save and with PointProvisioner right after each provisioner returned. Crash tests kill the process there; nothing else should set it.
 	AfterDurable func(point string)
+	// Checkpointed, when set, receives a summary of each checkpoint record (the run header
+	// and end too) right after it is durable, from the worker that wrote it: concurrent
+	// workers call it concurrently, not necessarily in Seq order. An agent streams them to the
+	// control plane's web view.
+	Checkpointed func(Record)
 	// Resources knows each resource type's kind (the handler registry); resources found only
 	// in state (destroy, refresh, orphans) are operated by it.
 	Resources Resources
@@ -304,8 +309,8 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 			return res, err
 		}
 	}
-	log, err := CreateLog(e.Dir, RunHeader{Run: newRunID(), Command: command, Lineage: s.st.Lineage,
-		Serial: s.st.Serial, Fingerprint: fingerprint, Started: e.now()}, e.AfterDurable)
+	log, err := createLog(e.Dir, RunHeader{Run: newRunID(), Command: command, Lineage: s.st.Lineage,
+		Serial: s.st.Serial, Fingerprint: fingerprint, Started: e.now()}, e.AfterDurable, e.Checkpointed)
 	if err != nil {
 		return res, err
 	}

@@ -100,6 +100,7 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 	if err != nil {
 		return rep, err
 	}
+	log.notify = e.Checkpointed
 	r := &run{e: e, log: log, sv: newSaver(e.State, s.st, e.now, e.AfterDurable), lineage: h.Lineage, fingerprint: h.Fingerprint, recovering: true}
 	actions := make([]Action, len(it.Ops))
 	ops := make([]*OpState, len(it.Ops))

@@ -55,6 +55,41 @@ type Run struct {
 	// number in the run's log (earlier ones were left out).
 	Seq   int64    `json:"seq"`
 	Lines []string `json:"lines"`
+	// Checkpoints are the run's last durable checkpoint records, oldest first: what step of
+	// which resource's operation is done, and when.
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+}
+
+// Checkpoint records kinds.
+const (
+	CheckpointRun = "run" // the run began
+	CheckpointOp  = "op"  // an operation reached a step
+	CheckpointEnd = "end" // the run ended
+)
+
+// Checkpoint is one durable checkpoint record of a run (the executor's log, summarised): its
+// number in the log, when it became durable, and what it says. It is also the data of a
+// control plane run's "checkpoint" event. It carries nothing else of the operation: no
+// desired spec, handle, owner anchors or error text.
+type Checkpoint struct {
+	Seq     uint64    `json:"seq"`
+	At      time.Time `json:"at"`
+	Record  string    `json:"record"`
+	Run     string    `json:"run,omitempty"` // the executor's run id (record "run")
+	Address string    `json:"address,omitempty"`
+	Action  string    `json:"action,omitempty"`
+	Step    string    `json:"step,omitempty"`
+}
+
+// EventCheckpoint is the kind of a control plane run's event whose data is a Checkpoint (JSON).
+const EventCheckpoint = "checkpoint"
+
+// MaxCheckpoints bounds the checkpoint records a graph carries (the latest ones).
+const MaxCheckpoints = 200
+
+// LastCheckpoints returns the last MaxCheckpoints of cs.
+func LastCheckpoints(cs []Checkpoint) []Checkpoint {
+	return cs[max(len(cs)-MaxCheckpoints, 0):]
 }
 
 // Element is one resource instance.

@@ -89,4 +89,51 @@ func TestPageInChromium(t *testing.T) {
 		t.Fatalf("absent client did not reach the page: %v", err)
 	}
 	uitest.Screenshot(t, ctx, "ui-client-absent.png")
+
+	// The run panel beside the graph: no run yet, then a run's checkpoint records as they
+	// become durable, each arriving without a reload, and the run's end.
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#run[data-status="none"]`))); err != nil {
+		t.Fatalf("run panel before any run: %v", err)
+	}
+	if txt, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#run-result"))); err != nil || txt != "No run in progress." {
+		t.Fatalf("run panel before any run: %q %v", txt, err)
+	}
+	at := time.Date(2026, 12, 2, 7, 1, 2, 345e6, time.UTC)
+	records := []Checkpoint{
+		{At: at, Record: CheckpointRun, Run: "exec-1"},
+		{At: at, Record: CheckpointOp, Address: "sysbox_node.server", Action: "replace", Step: "deleted"},
+		{At: at, Record: CheckpointOp, Address: "sysbox_node.server", Action: "replace", Step: "created"},
+		{At: at, Record: CheckpointOp, Address: "sysbox_node.server", Action: "replace", Step: "done"},
+		{At: at, Record: CheckpointEnd},
+	}
+	for i, c := range records {
+		status := "running"
+		if c.Record == CheckpointEnd {
+			status = "ended"
+		}
+		lab.checkpoint("exec-1", status, c)
+		if err := s.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sel := fmt.Sprintf(`#run[data-run="exec-1"][data-status=%q] #checkpoints li[data-checkpoint="%d"][data-record=%q]`, status, i+1, c.Record)
+		if c.Address != "" {
+			sel += fmt.Sprintf(`[data-address=%q][data-action=%q][data-step=%q]`, c.Address, c.Action, c.Step)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(sel))); err != nil {
+			t.Fatalf("checkpoint %d (%+v) never shown: %v", i+1, c, err)
+		}
+		if i == 2 {
+			uitest.Screenshot(t, ctx, "ui-checkpoints.png")
+		}
+	}
+	shown, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#checkpoints li")].map(li => li.dataset.checkpoint + " " + li.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantList := []string{"1 07:01:02.345 #1 run exec-1 began", "2 07:01:02.345 #2 sysbox_node.server · replace → deleted",
+		"3 07:01:02.345 #3 sysbox_node.server · replace → created", "4 07:01:02.345 #4 sysbox_node.server · replace → done",
+		"5 07:01:02.345 #5 run ended"}
+	if fmt.Sprint(shown) != fmt.Sprint(wantList) {
+		t.Errorf("checkpoint list, newest last:\n got %q\nwant %q", shown, wantList)
+	}
 }

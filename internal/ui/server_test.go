@@ -23,6 +23,7 @@ type fakeLab struct {
 	mu  sync.Mutex
 	top *config.Topology
 	st  *states.State
+	run *Run
 	err error
 }
 
@@ -32,7 +33,25 @@ func (f *fakeLab) load(context.Context) (*Graph, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
-	return Build(f.top, f.st), nil
+	g := Build(f.top, f.st)
+	if f.run != nil {
+		r := *f.run
+		r.Checkpoints = append([]Checkpoint(nil), r.Checkpoints...)
+		g.Run = &r
+	}
+	return g, nil
+}
+
+// checkpoint appends a checkpoint record of run id (started on first use) and sets its status.
+func (f *fakeLab) checkpoint(id, status string, c Checkpoint) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.run == nil || f.run.ID != id {
+		f.run = &Run{ID: id, Op: "apply", Lines: []string{}}
+	}
+	f.run.Status = status
+	c.Seq = uint64(len(f.run.Checkpoints) + 1)
+	f.run.Checkpoints = append(f.run.Checkpoints, c)
 }
 
 // reset bumps the generation of addr as `sysbox reset` does.

@@ -35,7 +35,8 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	testenv.MainWithBinary(m, &binary, "zyvor.dev/sysbox/cmd/sysbox")
+	// A test build: the local view's test stops an apply at a checkpoint (failpoints).
+	testenv.MainWithBinary(m, &binary, "zyvor.dev/sysbox/cmd/sysbox", "sysboxtest")
 }
 
 // topology is the lab with n web nodes on one network, the first behind a firewall; the nodes
@@ -183,7 +184,7 @@ func (r *rig) stopAgent() {
 	r.agent.Cmd.Wait()
 }
 
-func (r *rig) sysbox(dir string, args ...string) (string, error) {
+func sysbox(dir string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := exec.CommandContext(ctx, binary, append(args, "--no-color", "--chdir", dir)...)
@@ -192,16 +193,20 @@ func (r *rig) sysbox(dir string, args ...string) (string, error) {
 	return string(out), err
 }
 
-func (r *rig) destroy() {
-	if _, err := os.Stat(filepath.Join(r.agentDir, ".sysbox", "state")); err != nil {
+func (r *rig) destroy() { destroyLab(r.t, r.agentDir) }
+
+// destroyLab recovers and destroys the lab applied in dir, if any, and checks that nothing of
+// it is left.
+func destroyLab(t *testing.T, dir string) {
+	if _, err := os.Stat(filepath.Join(dir, ".sysbox", "state")); err != nil {
 		return // nothing was applied
 	}
-	lineage := r.lineage()
-	if out, err := r.sysbox(r.agentDir, "recover"); err != nil {
-		r.t.Errorf("cleanup recover: %v\n%s", err, out)
+	lineage := lineageOf(dir)
+	if out, err := sysbox(dir, "recover"); err != nil {
+		t.Errorf("cleanup recover: %v\n%s", err, out)
 	}
-	if out, err := r.sysbox(r.agentDir, "destroy", "-auto-approve"); err != nil {
-		r.t.Errorf("cleanup destroy: %v\n%s", err, out)
+	if out, err := sysbox(dir, "destroy", "-auto-approve"); err != nil {
+		t.Errorf("cleanup destroy: %v\n%s", err, out)
 	}
 	reg := driver.NewRegistry()
 	nd := netns.New()
@@ -209,16 +214,16 @@ func (r *rig) destroy() {
 	for _, a := range []driver.Auditor{nd, nftables.New(reg)} {
 		objs, err := a.Residue(context.Background(), lineage)
 		if err != nil || len(objs) > 0 {
-			r.t.Errorf("residue after cleanup destroy: %v %v", objs, err)
+			t.Errorf("residue after cleanup destroy: %v %v", objs, err)
 		}
 	}
 }
 
-func (r *rig) lineage() string {
+func lineageOf(dir string) string {
 	var st struct {
 		Lineage string `json:"lineage"`
 	}
-	b, _ := os.ReadFile(filepath.Join(r.agentDir, ".sysbox", "state"))
+	b, _ := os.ReadFile(filepath.Join(dir, ".sysbox", "state"))
 	_ = json.Unmarshal(b, &st)
 	return st.Lineage
 }
@@ -241,7 +246,7 @@ func (r *rig) queue(n int) obj {
 		}
 	}
 	planPath := filepath.Join(r.work, fmt.Sprintf("lab-%d.plan", n))
-	if out, err := r.sysbox(r.labDir, "plan", "-out", planPath); err != nil {
+	if out, err := sysbox(r.labDir, "plan", "-out", planPath); err != nil {
 		t.Fatalf("plan: %v\n%s", err, out)
 	}
 	plan, _ := os.ReadFile(planPath)
@@ -352,6 +357,7 @@ func TestControlPlaneUIInChromium(t *testing.T) {
 		t.Fatalf("run 1's status never reached the page: %v", err)
 	}
 	r.checkPage(ctx, want1)
+	checkpointsOf(t, ctx, run1.ID, want1)
 	uitest.Screenshot(t, ctx, "cp-ui-applied.png")
 	present := seen(t, ctx, "sbxPresent")
 	projs := r.projections()
@@ -399,6 +405,7 @@ func TestControlPlaneUIInChromium(t *testing.T) {
 	if run := r.finished(reset.ID); run.Status != "succeeded" {
 		t.Fatalf("reset run: %s (%s)", run.Status, run.Result)
 	}
+	checkpointsOf(t, ctx, reset.ID, []string{node})
 	uitest.Screenshot(t, ctx, "cp-ui-after-reset.png")
 	p := r.projections()[node]
 	if p.Generation != gen+1 {
@@ -435,6 +442,30 @@ func TestControlPlaneUIInChromium(t *testing.T) {
 		r.other.call("GET", "/ui/w/"+r.ws+p, nil, nil, 404)
 	}
 	r.noSecrets(ctx)
+}
+
+// checkpointsOf waits until the panel beside the graph shows run id's checkpoint records up to
+// the end record (the agent sends them all before it completes the run), and checks them: the
+// executor's run header first, each of addrs's operations done, the end last.
+func checkpointsOf(t *testing.T, ctx context.Context, id string, addrs []string) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#run[data-run="`+id+`"] #checkpoints li[data-record="end"]`)); err != nil {
+		t.Fatalf("run %s: the end checkpoint never shown: %v", id, err)
+	}
+	got := shownCheckpoints(t, ctx)
+	if len(got) < 2 || !strings.HasPrefix(got[0], "1 run ") || !strings.Contains(got[len(got)-1], " end ") {
+		t.Fatalf("run %s checkpoints: %q, want the run header first and the end last", id, got)
+	}
+	for _, a := range addrs {
+		found := false
+		for _, g := range got {
+			f := strings.Fields(g)
+			found = found || (len(f) == 5 && f[1] == "op" && f[2] == a && f[4] == "done")
+		}
+		if !found {
+			t.Errorf("run %s checkpoints: no record of %s done in %q", id, a, got)
+		}
+	}
 }
 
 // command queues op with args as a remote command run on the lab directory's topology (the

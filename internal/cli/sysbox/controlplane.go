@@ -246,6 +246,7 @@ func (a *App) agentApply(ctx context.Context, dir string, j agent.Job) (string, 
 	defer os.Remove(planPath)
 	env := *a.Env
 	env.Stdout, env.Stderr, env.Stdin, env.IsTTY = j.Progress, j.Errors, nil, false
+	env.Checkpoints = checkpointEvents(j)
 	var closeProjections func()
 	env.Events, closeProjections = a.projectOnEvents(ctx, dir, j)
 	defer closeProjections()

@@ -158,17 +158,21 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 	rt.ex = &executor.Executor{
 		Registry:    reg,
 		State:       mgr.Store(),
-		Dir:         filepath.Join(a.dir(), ".sysbox"),
+		Dir:         a.checkpointDir(),
 		Parallelism: par,
 		Resolve: func(ctx context.Context, s string) (string, error) {
 			return secrets.ResolveString(ctx, res, s)
 		},
 		Progress:     newProgress(a, redactor).event,
 		AfterDurable: afterDurable,
+		Checkpointed: a.Env.Checkpoints,
 		Resources:    l.reg,
 	}
 	return rt, nil
 }
+
+// checkpointDir holds the executor's checkpoint log of the run in progress.
+func (a *App) checkpointDir() string { return filepath.Join(a.dir(), ".sysbox") }
 
 // backendsOpen is a seam for tests.
 var backendsOpen = openBackend

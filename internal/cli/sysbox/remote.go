@@ -236,6 +236,7 @@ func (a *App) agentCommand(ctx context.Context, dir string, j agent.Job) (agent.
 	}
 	env := *a.Env
 	env.Stdout, env.Stderr, env.Stdin, env.IsTTY = stdout, j.Errors, nil, false
+	env.Checkpoints = checkpointEvents(j)
 	var closeProjections func()
 	env.Events, closeProjections = a.projectOnEvents(ctx, dir, j)
 	defer closeProjections()

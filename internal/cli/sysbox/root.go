@@ -36,6 +36,9 @@ type Env struct {
 	// Events, when set, receives every executor event as it is rendered (an agent updates
 	// the workspace's projections from them while a run goes on).
 	Events func(executor.Event)
+	// Checkpoints, when set, receives each checkpoint record's summary once it is durable (an
+	// agent sends them as the run's "checkpoint" events for the control plane's web view).
+	Checkpoints func(executor.Record)
 }
 
 // App is one invocation's shared state, handed to every command.

@@ -2,15 +2,19 @@ package sysbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"zyvor.dev/sysbox/internal/agent"
 	"zyvor.dev/sysbox/internal/backend"
+	"zyvor.dev/sysbox/internal/executor"
 	"zyvor.dev/sysbox/internal/ui"
 )
 
@@ -75,29 +79,91 @@ func newUICommand(app *App) *cobra.Command {
 	return cmd
 }
 
-// uiLoader rereads the configuration and the state (through be, without locking) on each call.
+// uiLoader rereads the configuration, the state (through be, without locking) and the
+// checkpoint log on each call.
 func (a *App) uiLoader(vf *varFlags, be backend.Backend) ui.Loader {
+	cv := &checkpointView{dir: a.checkpointDir()}
 	return func(ctx context.Context) (*ui.Graph, error) {
-		st, err := be.Read(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("read state: %w", err)
+		g, err := a.uiGraph(ctx, vf, be)
+		if g != nil {
+			g.Run = cv.run()
 		}
-		l, err := a.loadTopology(vf)
-		if err != nil {
-			return nil, err
-		}
-		if l.diags.HasErrors() {
-			var msgs []string
-			for _, d := range l.diags.Errs() {
-				msgs = append(msgs, d.Error())
-			}
-			// Still show what state records: a broken file should not blank the picture.
-			g := ui.Build(nil, st)
-			g.Error = "configuration: " + strings.Join(msgs, "; ")
-			return g, nil
-		}
-		return ui.Build(l.top, st), nil
+		return g, err
 	}
+}
+
+// uiGraph joins the configuration and the state.
+func (a *App) uiGraph(ctx context.Context, vf *varFlags, be backend.Backend) (*ui.Graph, error) {
+	st, err := be.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	l, err := a.loadTopology(vf)
+	if err != nil {
+		return nil, err
+	}
+	if l.diags.HasErrors() {
+		var msgs []string
+		for _, d := range l.diags.Errs() {
+			msgs = append(msgs, d.Error())
+		}
+		// Still show what state records: a broken file should not blank the picture.
+		g := ui.Build(nil, st)
+		g.Error = "configuration: " + strings.Join(msgs, "; ")
+		return g, nil
+	}
+	return ui.Build(l.top, st), nil
+}
+
+// Run statuses the local view gives the run of the checkpoint log.
+const (
+	uiRunOpen       = "running"
+	uiRunEnded      = "ended"
+	uiRunUnreadable = "unreadable"
+)
+
+// checkpointView is the run panel of `sysbox ui`: the run whose checkpoint log is in dir, with
+// its records as the executor's own reader returns them. The log exists only while a run is
+// in progress (or interrupted) and is removed when it finishes, so once it is gone the run is
+// shown as last read and said to have ended; before any run was seen there is none.
+type checkpointView struct {
+	dir  string
+	mu   sync.Mutex
+	last *ui.Run
+}
+
+func (v *checkpointView) run() *ui.Run {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	it, err := executor.ReadLog(v.dir)
+	if err != nil {
+		return &ui.Run{Status: uiRunUnreadable, Result: err.Error(), Lines: []string{}}
+	}
+	if it == nil {
+		if v.last == nil {
+			return nil
+		}
+		r := *v.last
+		r.Status, r.Result = uiRunEnded, "its checkpoint log is gone: the run finished or was recovered (records as last read)"
+		return &r
+	}
+	r := &ui.Run{ID: it.Header.Run, Op: it.Header.Command, Status: uiRunOpen, Lines: []string{},
+		Result: "checkpoint log open: the run is in progress, or was interrupted (then `sysbox recover`)"}
+	if it.Finished {
+		r.Status, r.Result = uiRunEnded, "the run ended; its checkpoint log is being removed"
+	}
+	cs := make([]ui.Checkpoint, 0, len(it.Records))
+	for _, rec := range it.Records {
+		cs = append(cs, uiCheckpoint(rec))
+	}
+	r.Checkpoints = ui.LastCheckpoints(cs)
+	v.last = r
+	return r
+}
+
+// uiCheckpoint is the page's form of a checkpoint record (also a remote run's event data).
+func uiCheckpoint(r executor.Record) ui.Checkpoint {
+	return ui.Checkpoint{Seq: r.Seq, At: r.At.UTC(), Record: r.Type, Run: r.Run, Address: r.Address, Action: string(r.Action), Step: string(r.Step)}
 }
 
 // checkLoopback refuses to serve anywhere but a loopback address: the page shows the lab.
@@ -110,4 +176,19 @@ func checkLoopback(listen string) error {
 		return fmt.Errorf("ui: --listen %q: not a loopback IP address (want e.g. 127.0.0.1:8081)", listen)
 	}
 	return nil
+}
+
+// checkpointEvents sends each checkpoint record of an agent's run as a "checkpoint" event
+// (the control plane's web view shows them beside the graph). A refused event is left out: a
+// fenced refusal has already cancelled the run.
+func checkpointEvents(j agent.Job) func(executor.Record) {
+	if j.Emit == nil {
+		return nil
+	}
+	return func(r executor.Record) {
+		b, err := json.Marshal(uiCheckpoint(r))
+		if err == nil {
+			_ = j.Emit(ui.EventCheckpoint, string(b))
+		}
+	}
 }

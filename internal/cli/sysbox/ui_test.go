@@ -2,6 +2,7 @@ package sysbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,9 +11,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"zyvor.dev/sysbox/internal/addrs"
+	"zyvor.dev/sysbox/internal/agent"
 	"zyvor.dev/sysbox/internal/backend"
 	"zyvor.dev/sysbox/internal/backend/local"
+	"zyvor.dev/sysbox/internal/executor"
+	"zyvor.dev/sysbox/internal/plans"
 	"zyvor.dev/sysbox/internal/states"
+	"zyvor.dev/sysbox/internal/ui"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -114,5 +119,87 @@ resource "sysbox_node" "client" {
 	}
 	if !strings.HasPrefix(g.Error, "configuration: ") || len(g.Elements) != 1 || g.Elements[0].Address != "sysbox_network.lan" {
 		t.Fatalf("broken configuration: got error %q elements %+v, want the error and the state's network", g.Error, g.Elements)
+	}
+}
+
+// TestUICheckpointView: the run panel of `sysbox ui` shows the records of the directory's
+// checkpoint log as the executor wrote them, while it is open; once the run ends and the log
+// is removed, the records as last read and that the run ended; nothing before any run. No
+// private envelope, handle, owner or desired spec of an operation reaches the panel, and an
+// agent's checkpoint events carry the same summary.
+func TestUICheckpointView(t *testing.T) {
+	a := &App{Env: &Env{LookupEnv: lookupIn(nil)}, ChDir: t.TempDir()}
+	v := &checkpointView{dir: a.checkpointDir()}
+	if r := v.run(); r != nil {
+		t.Fatalf("no log yet: got run %+v, want none", r)
+	}
+	l, err := executor.CreateLog(v.dir, executor.RunHeader{Run: "run-1", Command: "apply", Lineage: "PRIVATE-LINEAGE"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const private = "PRIVATE-ENVELOPE-CONTENT"
+	op := &executor.OpState{Addr: "sysbox_node.web[0]", Op: plans.Create, Step: executor.StepCreated,
+		Owner:  substrate.Owner{Topology: "PRIVATE-LINEAGE", Address: "sysbox_node.web[0]"},
+		Handle: &substrate.Handle{Driver: "netns", ExternalID: "PRIVATE-EXTERNAL", Private: substrate.Envelope{Driver: "netns", Version: 1, Data: json.RawMessage(`"` + private + `"`)}},
+		Action: executor.Action{Addr: addrs.MustParseInstance("sysbox_node.web[0]"), Op: plans.Create, Attributes: json.RawMessage(`{"env":"secret://env/PRIVATE_REF"}`)}}
+	steps := []executor.Step{executor.StepCreated, executor.StepStarted, executor.StepDone}
+	var emitted []string
+	emit := checkpointEvents(agent.Job{Emit: func(kind, data string) error {
+		emitted = append(emitted, kind+" "+data)
+		return nil
+	}})
+	for i, s := range steps {
+		op.Step = s
+		if err := l.Checkpoint(op); err != nil {
+			t.Fatal(err)
+		}
+		r := v.run()
+		if r == nil || r.ID != "run-1" || r.Op != "apply" || r.Status != uiRunOpen || len(r.Checkpoints) != i+2 {
+			t.Fatalf("after step %s: got %+v, want run-1 open with the header and %d records", s, r, i+1)
+		}
+		c := r.Checkpoints[i+1]
+		if c.Seq != uint64(i+2) || c.Record != ui.CheckpointOp || c.Address != "sysbox_node.web[0]" || c.Action != "create" || c.Step != string(s) || c.At.IsZero() {
+			t.Fatalf("after step %s: newest record %+v", s, c)
+		}
+		it, err := executor.ReadLog(v.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		emit(it.Records[len(it.Records)-1])
+	}
+	open := v.run()
+	if err := l.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	ended := v.run()
+	if ended == nil || ended.Status != uiRunEnded || !cmp.Equal(ended.Checkpoints, open.Checkpoints) {
+		t.Fatalf("after the log was removed: got %+v, want the records as last read and the run ended", ended)
+	}
+	if again := v.run(); !cmp.Equal(again, ended) {
+		t.Fatalf("a second read after the end: got %+v, want %+v", again, ended)
+	}
+	if r := (&checkpointView{dir: v.dir}).run(); r != nil {
+		t.Fatalf("a view started after the run: got %+v, want no run", r)
+	}
+
+	b, err := json.Marshal(open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := string(b) + strings.Join(emitted, "\n")
+	for _, p := range []string{private, "PRIVATE-LINEAGE", "PRIVATE-EXTERNAL", "PRIVATE_REF", "handle", "owner"} {
+		if strings.Contains(shown, p) {
+			t.Errorf("the run panel or an agent's event carries %q:\n%s", p, shown)
+		}
+	}
+	if len(emitted) != len(steps) {
+		t.Fatalf("agent events: got %q, want one per record", emitted)
+	}
+	for i, e := range emitted {
+		kind, data, _ := strings.Cut(e, " ")
+		var c ui.Checkpoint
+		if err := json.Unmarshal([]byte(data), &c); err != nil || kind != ui.EventCheckpoint || !cmp.Equal(c, open.Checkpoints[i+1]) {
+			t.Errorf("agent event %d: %s %s (%v), want the panel's record %+v", i, kind, data, err, open.Checkpoints[i+1])
+		}
 	}
 }

@@ -206,8 +206,9 @@ func version(run *store.Run, projs []store.Projection) string {
 	return fmt.Sprintf("%s.p%d.%d", r, len(projs), last)
 }
 
-// progress is the run with its last progress lines: those before run.NextSeq as read, so
-// that the graph is what its version says even if events were appended since.
+// progress is the run with its last progress lines and checkpoint records (its last maxLines
+// events): those before run.NextSeq as read, so that the graph is what its version says even
+// if events were appended since.
 func (s *source) progress(ctx context.Context, run store.Run) (*ui.Run, error) {
 	after := max(run.NextSeq-1-maxLines, 0)
 	evs, err := s.st.Events(ctx, s.project, run.ID, after, int(run.NextSeq-1-after))
@@ -216,8 +217,15 @@ func (s *source) progress(ctx context.Context, run store.Run) (*ui.Run, error) {
 	}
 	out := &ui.Run{ID: run.ID, Op: run.Op, Status: run.Status, Result: run.Result, Seq: after + 1, Lines: []string{}}
 	for _, e := range evs {
-		if e.Kind == "progress" {
+		switch e.Kind {
+		case "progress":
 			out.Lines = append(out.Lines, e.Data)
+		case ui.EventCheckpoint:
+			var c ui.Checkpoint
+			if err := json.Unmarshal([]byte(e.Data), &c); err != nil {
+				return nil, fmt.Errorf("run %s: event %d: checkpoint: %w", run.ID, e.Seq, err)
+			}
+			out.Checkpoints = append(out.Checkpoints, c)
 		}
 	}
 	return out, nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/controlplane/store"
 	"zyvor.dev/sysbox/internal/driver"
@@ -399,5 +401,78 @@ func TestEventsFollowTheStoreAndResume(t *testing.T) {
 	}
 	if observation(t, third.Data, "sysbox_firewall.web") != "present" {
 		until(t, rd, "firewall present", func(ev sse) bool { return observation(t, ev.Data, "sysbox_firewall.web") == "present" })
+	}
+}
+
+// checkpoints appends checkpoint events as the run's agent sends them.
+func (r *rig) checkpoints(cs ...ui.Checkpoint) {
+	r.t.Helper()
+	var evs []store.Event
+	for _, c := range cs {
+		evs = append(evs, store.Event{Kind: ui.EventCheckpoint, Data: string(must(json.Marshal(c)))})
+	}
+	if _, err := r.st.AppendEvents(ctx, r.run.ID, r.agent, r.epoch, evs); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func runOf(t *testing.T, data string) *ui.Run {
+	t.Helper()
+	var g ui.Graph
+	if err := json.Unmarshal([]byte(data), &g); err != nil {
+		t.Fatal(err)
+	}
+	if g.Error != "" {
+		t.Fatalf("graph error: %s", g.Error)
+	}
+	return g.Run
+}
+
+// TestCheckpointEventsBesideTheGraph: the run's checkpoint events reach an open stream as
+// the panel's records, in the order they were stored, beside its progress lines, each new one
+// with a new event id; an event that does not decode as a checkpoint is an error naming the
+// run and the event, not a silently shorter list.
+func TestCheckpointEventsBesideTheGraph(t *testing.T) {
+	r := newRig(t)
+	// A generous bound: a change that never arrives fails the read instead of hanging.
+	c, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rd := r.events(c, "")
+	first := next(t, rd)
+	if run := runOf(t, first.Data); run == nil || len(run.Checkpoints) != 0 {
+		t.Fatalf("first event: run %+v, want the run without checkpoints", run)
+	}
+	at := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
+	sent := []ui.Checkpoint{
+		{Seq: 1, At: at, Record: ui.CheckpointRun, Run: "exec-1"},
+		{Seq: 2, At: at.Add(time.Millisecond), Record: ui.CheckpointOp, Address: "sysbox_network.lan", Action: "create", Step: "created"},
+	}
+	r.checkpoints(sent...)
+	r.progress([]string{"sysbox_network.lan: Creating..."})
+	second := until(t, rd, "two checkpoints and a line", func(ev sse) bool {
+		run := runOf(t, ev.Data)
+		return len(run.Checkpoints) == 2 && len(run.Lines) == 1
+	})
+	if got := runOf(t, second.Data).Checkpoints; !cmp.Equal(got, sent) {
+		t.Fatalf("checkpoints: %s", cmp.Diff(sent, got))
+	}
+	done := ui.Checkpoint{Seq: 3, At: at.Add(2 * time.Millisecond), Record: ui.CheckpointOp, Address: "sysbox_network.lan", Action: "create", Step: "done"}
+	r.checkpoints(done)
+	third := until(t, rd, "the third checkpoint", func(ev sse) bool { return len(runOf(t, ev.Data).Checkpoints) == 3 })
+	if third.ID == second.ID || !cmp.Equal(runOf(t, third.Data).Checkpoints[2], done) {
+		t.Fatalf("third event %s (after %s): %+v, want a new id and %+v", third.ID, second.ID, runOf(t, third.Data).Checkpoints, done)
+	}
+
+	seqs, err := r.st.AppendEvents(ctx, r.run.ID, r.agent, r.epoch, []store.Event{{Kind: ui.EventCheckpoint, Data: "{not json"}})
+	if err != nil || len(seqs) != 1 {
+		t.Fatal(seqs, err)
+	}
+	bad := until(t, rd, "the error", func(ev sse) bool { return strings.Contains(ev.Data, `"error"`) })
+	var g ui.Graph
+	if err := json.Unmarshal([]byte(bad.Data), &g); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("run %s: event %d: checkpoint", r.run.ID, seqs[0]); !strings.Contains(g.Error, want) {
+		t.Fatalf("undecodable checkpoint event: error %q, want %q", g.Error, want)
 	}
 }

@@ -151,16 +151,54 @@
   cy.on("tap", "node", (ev) => { if (ev.target.data("kind") !== "module") select(ev.target.id()); });
 
   const status = document.getElementById("status");
+  // The run panel: the latest run's status, progress lines and checkpoint records (each
+  // li[data-checkpoint][data-record][data-address][data-action][data-step][data-at]).
   function renderRun(run) {
     const box = document.getElementById("run");
-    box.hidden = !run;
-    if (!run) return;
+    const result = document.getElementById("run-result");
+    const pre = document.getElementById("run-lines");
+    const cps = document.getElementById("run-checkpoints");
+    if (!run) {
+      box.dataset.run = "";
+      box.dataset.status = "none";
+      document.getElementById("run-head").textContent = "";
+      result.textContent = "No run in progress.";
+      pre.hidden = true;
+      cps.hidden = true;
+      return;
+    }
     box.dataset.run = run.id;
     box.dataset.status = run.status;
-    document.getElementById("run-head").textContent = run.op + " " + run.id + " · " + run.status + (run.result ? " · " + run.result : "");
-    const pre = document.getElementById("run-lines");
-    pre.textContent = run.lines.join("\n");
+    document.getElementById("run-head").textContent = (run.op || "") + " " + run.id + " · " + run.status;
+    result.textContent = run.result || "";
+    pre.hidden = !run.lines || run.lines.length === 0;
+    pre.textContent = (run.lines || []).join("\n");
     pre.scrollTop = pre.scrollHeight;
+    const list = run.checkpoints || [];
+    cps.hidden = list.length === 0;
+    const ol = document.getElementById("checkpoints");
+    ol.replaceChildren();
+    for (const c of list) {
+      const li = document.createElement("li");
+      li.dataset.checkpoint = String(c.seq);
+      li.dataset.record = c.record;
+      li.dataset.at = c.at;
+      if (c.run) li.dataset.executorRun = c.run;
+      if (c.address) li.dataset.address = c.address;
+      if (c.action) li.dataset.action = c.action;
+      if (c.step) li.dataset.step = c.step;
+      li.className = "cp-" + c.record + (c.step === "failed" ? " cp-failed" : "");
+      const at = document.createElement("time");
+      at.dateTime = c.at;
+      at.textContent = String(c.at).replace(/^.*T/, "").replace(/Z$/, "").slice(0, 12);
+      let what;
+      if (c.record === "run") what = "run " + (c.run || "") + " began";
+      else if (c.record === "end") what = "run ended";
+      else what = c.address + " · " + c.action + " → " + c.step;
+      li.append(at, " #" + c.seq + " " + what);
+      ol.appendChild(li);
+    }
+    ol.scrollTop = ol.scrollHeight;
   }
 
   const es = new EventSource("events");
