@@ -57,7 +57,7 @@ timed() {
 }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 export SYSBOX_TOKEN=$token
-oa=(); od=()
+oa=(); od=(); tla=(); tra=(); tld=(); trd=()
 for r in $(seq 1 "$rounds"); do
   la=$(timed "$work/local" "$work/sysbox" apply -auto-approve)
   ld=$(timed "$work/local" "$work/sysbox" destroy -auto-approve)
@@ -65,9 +65,12 @@ for r in $(seq 1 "$rounds"); do
   ra=$(timed "$work/remote" "$work/sysbox" apply -auto-approve --remote "$url")
   rd=$(timed "$work/remote" "$work/sysbox" destroy -auto-approve --remote "$url")
   sleep 1
+  tla+=("$la"); tra+=("$ra"); tld+=("$ld"); trd+=("$rd")
   oa+=("$(echo "scale=3; ($ra / $la - 1) * 100" | bc)")
   od+=("$(echo "scale=3; ($rd / $ld - 1) * 100" | bc)")
   echo "round $r nodes=$n apply: local ${la}s remote ${ra}s overhead ${oa[-1]}%; destroy: local ${ld}s remote ${rd}s overhead ${od[-1]}%"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+med() { printf '%s\n' "$@" | median; }
+echo "median times apply: local $(med "${tla[@]}")s remote $(med "${tra[@]}")s; destroy: local $(med "${tld[@]}")s remote $(med "${trd[@]}")s"
 echo "median overhead apply=$(printf '%s\n' "${oa[@]}" | median)% destroy=$(printf '%s\n' "${od[@]}" | median)% (remote vs local over $rounds rounds; target < 10%)"

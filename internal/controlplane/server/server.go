@@ -244,6 +244,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.fencedOps.Inc()
 		s.log.Warn("fenced write refused", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeErr(w, http.StatusConflict, err.Error())
+	case r.Context().Err() != nil:
+		// The client went away (an agent shutting down): nothing failed here.
+		s.log.Debug("request abandoned by its client", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeErr(w, http.StatusServiceUnavailable, "request abandoned")
 	default:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeErr(w, http.StatusInternalServerError, "internal error (logged)")
