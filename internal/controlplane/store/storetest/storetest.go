@@ -393,6 +393,7 @@ func testClaimPastUnclaimable(t *testing.T, e env) {
 	for range 201 {
 		ok(s.CreateRun(ctx, f.project.ID, f.plan.ID, "apply", false))(t)
 	}
+	e.clock.Advance(time.Second) // queued strictly after them (ids do not order runs of one instant)
 	plain := ok(s.PutPlan(ctx, f.project.ID, f.ws.ID, f.plan.Revision, []byte(`{"plan":"plain"}`), []string{"driver:netns"}))(t)
 	want := ok(s.CreateRun(ctx, f.project.ID, plain.ID, "apply", false))(t)
 	l := ok(s.ClaimRun(ctx, f.project.ID, "agt_ns", []string{"driver:netns"}, time.Minute))(t)
