@@ -1,7 +1,8 @@
 // Package controlplane benchmarks the control plane's API with real signed agents over HTTP on
 // loopback: runs claimed per second and events ingested per second, on SQLite and on
 // PostgreSQL (SYSBOX_TEST_PG_DSN), while 50 agents heartbeat. remote.sh sets a 20-node netns
-// apply through the control plane beside the local CLI's. Not a timed test: run with
+// apply through the control plane beside the local CLI's; fixed.sh a no-op command's cost.
+// Not a timed test: run with
 //
 //	go test -run '^$' -bench . ./bench/controlplane/
 package controlplane

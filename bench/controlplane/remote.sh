@@ -4,8 +4,9 @@
 # loopback, both real processes), ROUNDS rounds alternating. Prints every round and the median
 # overhead of the remote run (remote / local - 1; target < 10 %). The remote figure includes
 # everything a user waits for: packing and storing the revision, queueing, the agent's claim
-# (it polls every POLL), the run's events streamed back (the CLI polls every 50 ms), the
-# per-resource projections and the completion. Needs root (real namespaces).
+# (a long poll of up to POLL), the run's events streamed back (the CLI long-polls the event
+# log), the per-resource projections and the completion. Needs root (real namespaces).
+# SYSBOX=PATH uses a built binary instead of building this tree's.
 #   N=20 ROUNDS=5 bench/controlplane/remote.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,7 +14,7 @@ export PATH=/usr/local/go/bin:$PATH:/usr/sbin:/sbin
 n=${N:-20}
 per=${PER:-10}
 rounds=${ROUNDS:-3}
-poll=${POLL:-50ms}
+poll=${POLL:-10s}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -24,7 +25,12 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-(cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox)
+if [ -n "${SYSBOX:-}" ]; then
+  cp "$SYSBOX" "$work/sysbox"
+else
+  (cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox)
+fi
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$here/../netns/lab.sh" "$work/local" "$n" "$per"
 "$here/../netns/lab.sh" "$work/remote" "$n" "$per"
 
@@ -51,7 +57,7 @@ timed() {
 }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 export SYSBOX_TOKEN=$token
-oa=(); od=()
+oa=(); od=(); tla=(); tra=(); tld=(); trd=()
 for r in $(seq 1 "$rounds"); do
   la=$(timed "$work/local" "$work/sysbox" apply -auto-approve)
   ld=$(timed "$work/local" "$work/sysbox" destroy -auto-approve)
@@ -59,8 +65,12 @@ for r in $(seq 1 "$rounds"); do
   ra=$(timed "$work/remote" "$work/sysbox" apply -auto-approve --remote "$url")
   rd=$(timed "$work/remote" "$work/sysbox" destroy -auto-approve --remote "$url")
   sleep 1
+  tla+=("$la"); tra+=("$ra"); tld+=("$ld"); trd+=("$rd")
   oa+=("$(echo "scale=3; ($ra / $la - 1) * 100" | bc)")
   od+=("$(echo "scale=3; ($rd / $ld - 1) * 100" | bc)")
   echo "round $r nodes=$n apply: local ${la}s remote ${ra}s overhead ${oa[-1]}%; destroy: local ${ld}s remote ${rd}s overhead ${od[-1]}%"
 done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+med() { printf '%s\n' "$@" | median; }
+echo "median times apply: local $(med "${tla[@]}")s remote $(med "${tra[@]}")s; destroy: local $(med "${tld[@]}")s remote $(med "${trd[@]}")s"
 echo "median overhead apply=$(printf '%s\n' "${oa[@]}" | median)% destroy=$(printf '%s\n' "${od[@]}" | median)% (remote vs local over $rounds rounds; target < 10%)"

@@ -17,10 +17,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"zyvor.dev/sysbox/internal/controlplane/client"
+	"zyvor.dev/sysbox/internal/controlplane/wire"
 )
 
 // Job is one claimed run handed to a Runner.
@@ -33,8 +35,9 @@ type Job struct {
 	// Emit appends one event of another kind (e.g. "checkpoint") to the run's log, after
 	// the complete lines written before it.
 	Emit func(kind, data string) error
-	// Project stores projections under the lease while the run goes on; PlanOutput stores
-	// the plan file a plan run made. A fenced refusal of either cancels the run.
+	// Project queues projections to store under the lease while the run goes on (in the
+	// background, after the events written before them; it returns at once); PlanOutput
+	// stores the plan file a plan run made. A fenced refusal of either cancels the run.
 	Project    func(ps ...client.Projection) error
 	PlanOutput func(plan []byte) error
 }
@@ -57,31 +60,36 @@ type Agent struct {
 	Run    Runner
 	Caps   []string
 	Log    *slog.Logger
-	// Poll is the wait between claims when nothing is queued; RenewEvery the renewal period
-	// (0: a third of the lease's TTL as the server granted it).
+	// Poll is the longest one claim waits on the server for a run (a long poll: a run queued
+	// meanwhile is claimed at once), so also the heartbeat period when idle, and the pause
+	// after a failed claim; RenewEvery the renewal period (0: a third of the lease's TTL as the
+	// server granted it).
 	Poll, RenewEvery time.Duration
 }
 
 // Serve heartbeats and executes runs until ctx ends.
 func (a *Agent) Serve(ctx context.Context) error {
-	for {
+	for ctx.Err() == nil {
 		if err := a.Client.Heartbeat(ctx, a.Caps); err != nil && ctx.Err() == nil {
 			a.Log.Warn("heartbeat failed", "err", err)
 		}
-		l, err := a.Client.Claim(ctx)
-		if err != nil && ctx.Err() == nil {
-			a.Log.Warn("claim failed", "err", err)
-		}
+		l, err := a.Client.ClaimWait(ctx, min(a.Poll, wire.MaxWait))
 		if l != nil {
 			a.execute(ctx, l)
 			continue
 		}
+		if err == nil {
+			continue // the server waited for us
+		}
+		if ctx.Err() == nil {
+			a.Log.Warn("claim failed", "err", err)
+		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-time.After(a.Poll):
 		}
 	}
+	return nil
 }
 
 // execute runs one lease to its end (or to its loss).
@@ -137,22 +145,25 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	ew := &progress{snd: snd, kind: "stderr"}
 	job := Job{Lease: l, Plan: plan, Bundle: bundle, Progress: pw, Errors: ew,
 		Emit: func(kind, data string) error { return snd.add(client.Event{Kind: kind, Data: data}) },
-		// Projections go after the events written before them (a reader never sees a
-		// resource projected before its progress line).
-		Project: func(ps ...client.Projection) error {
+		// Projections queue behind the events written before them (a reader never sees a
+		// resource projected before its progress line) and never hold the runtime up.
+		Project: snd.project,
+		PlanOutput: func(b []byte) error {
 			if err := snd.drain(); err != nil {
 				return err
 			}
-			return fenced(a.Client.Projections(runCtx, l, ps...))
-		},
-		PlanOutput: func(b []byte) error {
 			_, err := a.Client.PlanOutput(runCtx, l, b)
 			return fenced(err)
 		}}
 	out, err := a.Run(runCtx, job)
 	pw.flush()
 	ew.flush()
-	snd.drain()
+	if len(out.Projections) > 0 {
+		snd.project(out.Projections...)
+	}
+	if serr := snd.drain(); serr != nil && !errors.Is(serr, client.ErrFenced) {
+		log.Warn("events or projections refused", "err", serr)
+	}
 	a.finish(ctx, l, log, out, err, runCtx)
 }
 
@@ -172,11 +183,6 @@ func (a *Agent) finish(ctx context.Context, l *client.Lease, log *slog.Logger, o
 		log.Warn("run abandoned: lease lost", "err", cause)
 		return
 	}
-	if len(out.Projections) > 0 {
-		if perr := a.Client.Projections(ctx, l, out.Projections...); perr != nil {
-			log.Warn("projections refused", "err", perr)
-		}
-	}
 	status, result, code := "succeeded", out.Result, out.ExitCode
 	if err != nil {
 		status, result = "failed", err.Error()
@@ -191,9 +197,10 @@ func (a *Agent) finish(ctx context.Context, l *client.Lease, log *slog.Logger, o
 	log.Info("run finished", "status", status)
 }
 
-// sender appends a run's events in the background, in order, in batches of what accumulated
-// while the previous batch was on its way: the runtime's output never waits for the control
-// plane. A fenced refusal cancels the run (fenced) and drops what is queued.
+// sender appends a run's events and stores its projections in the background, in the order
+// they were handed over, in batches of what accumulated while the previous request was on its
+// way: the runtime never waits for the control plane. A fenced refusal cancels the run
+// (fenced) and drops what is queued.
 type sender struct {
 	ctx    context.Context
 	a      *client.Agent
@@ -201,9 +208,15 @@ type sender struct {
 	fenced func(error) error
 	mu     sync.Mutex
 	cond   *sync.Cond
-	queue  []client.Event
+	queue  []outgoing
 	busy   bool
 	err    error
+}
+
+// outgoing is one request's worth: events, or projections.
+type outgoing struct {
+	events      []client.Event
+	projections []client.Projection
 }
 
 func newSender(ctx context.Context, a *client.Agent, l *client.Lease, fenced func(error) error) *sender {
@@ -215,14 +228,51 @@ func newSender(ctx context.Context, a *client.Agent, l *client.Lease, fenced fun
 // maxBatch bounds one request's events.
 const maxBatch = 500
 
-// add queues events and starts a sender goroutine unless one runs.
+// add queues events.
 func (s *sender) add(evs ...client.Event) error {
+	return s.enqueue(func(last *outgoing) bool {
+		if last == nil || last.events == nil {
+			return false
+		}
+		last.events = append(last.events, evs...)
+		return true
+	}, outgoing{events: evs})
+}
+
+// project queues projections; ones queued after the same events are merged (the later
+// projection of an address wins).
+func (s *sender) project(ps ...client.Projection) error {
+	return s.enqueue(func(last *outgoing) bool {
+		if last == nil || last.projections == nil {
+			return false
+		}
+		for _, p := range ps {
+			i := slices.IndexFunc(last.projections, func(q client.Projection) bool { return q.Address == p.Address })
+			if i >= 0 {
+				last.projections[i] = p
+			} else {
+				last.projections = append(last.projections, p)
+			}
+		}
+		return true
+	}, outgoing{projections: append([]client.Projection{}, ps...)})
+}
+
+// enqueue merges into the last queued request (merge) or queues o, and starts a sender
+// goroutine unless one runs.
+func (s *sender) enqueue(merge func(last *outgoing) bool, o outgoing) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return s.err
 	}
-	s.queue = append(s.queue, evs...)
+	var last *outgoing
+	if n := len(s.queue); n > 0 {
+		last = &s.queue[n-1]
+	}
+	if !merge(last) {
+		s.queue = append(s.queue, o)
+	}
 	if !s.busy {
 		s.busy = true
 		go s.run()
@@ -234,11 +284,20 @@ func (s *sender) run() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.queue) > 0 && s.err == nil {
-		n := min(len(s.queue), maxBatch)
-		batch := append([]client.Event(nil), s.queue[:n]...)
-		s.queue = s.queue[n:]
+		o := s.queue[0]
+		if len(o.events) > maxBatch {
+			s.queue[0].events = o.events[maxBatch:]
+			o.events = o.events[:maxBatch]
+		} else {
+			s.queue = s.queue[1:]
+		}
 		s.mu.Unlock()
-		_, err := s.a.Events(s.ctx, s.l, batch...)
+		var err error
+		if o.events != nil {
+			_, err = s.a.Events(s.ctx, s.l, o.events...)
+		} else {
+			err = s.a.Projections(s.ctx, s.l, o.projections...)
+		}
 		s.mu.Lock()
 		if err != nil {
 			s.err = s.fenced(err)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -97,6 +98,9 @@ func Unpack(data []byte, dir string) error {
 	}
 	for name, content := range all {
 		p := filepath.Join(dir, filepath.FromSlash(name))
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, content) {
+			continue // a workspace's next run mostly brings the same files: no rewrite, no fsync
+		}
 		if err := durable.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("bundle: %s: %w", name, err)
 		}

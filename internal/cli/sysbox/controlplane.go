@@ -95,7 +95,7 @@ run's events. Each run's workspace lives under DIR/workspaces.`,
 	cmd.Flags().StringVar(&f.data, "data", "sysbox-agent", "data `DIR` (key, identity, workspaces)")
 	cmd.Flags().StringVar(&f.name, "name", "", "agent `NAME` (default: the host name)")
 	cmd.Flags().StringSliceVar(&f.drivers, "drivers", nil, "offer only these `NAMES` of the built-in drivers (default: all)")
-	cmd.Flags().DurationVar(&f.poll, "poll", 2*time.Second, "wait between claims when nothing is queued")
+	cmd.Flags().DurationVar(&f.poll, "poll", 2*time.Second, "longest wait of one claim on the server (a long poll: a run queued meanwhile starts at once); the heartbeat period when idle")
 	cmd.Flags().DurationVar(&f.renew, "renew-every", 0, "lease renewal period (default: a third of the lease's TTL as the server grants it)")
 	return cmd
 }

@@ -270,57 +270,89 @@ func (a *App) unpackRun(dir string, j agent.Job) error {
 	return nil
 }
 
-// projectOnEvents returns the executor-event hook that stores, when a resource operation ends
-// (its state is durable by then), the projections that changed since the last ones sent: the
-// control plane sees the lab converge during the run, not only at its end. The first ending
-// operation is always sent; later ones at most every projectEvery (the run's end sends all).
+// projectOnEvents returns the executor-event hook that has the projections that changed sent
+// when a resource operation ends (its state is durable by then): the control plane sees the
+// lab converge during the run, not only at its end. The hook only signals: a goroutine reads
+// the state and queues what changed (the agent sends it in the background), at once for the
+// first ending operation, later at most every projectEvery (the run's end sends all), so the
+// executor never waits for it. done sends what is due and stops it.
 func (a *App) projectOnEvents(ctx context.Context, dir string, j agent.Job) (hook func(executor.Event), done func()) {
-	var mu sync.Mutex
-	sent := map[string]client.Projection{}
-	var last time.Time
-	var m *backend.Manager
-	done = func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if m != nil {
-			m.Backend().Close()
-			m = nil
-		}
-	}
-	return func(ev executor.Event) {
-		if ev.Phase != "done" && ev.Phase != "failed" {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !last.IsZero() && time.Since(last) < projectEvery {
-			return
-		}
-		last = time.Now()
-		if m == nil {
-			env := *a.Env
-			env.Stdout, env.Stderr, env.Stdin = io.Discard, io.Discard, nil
-			var err error
-			if m, err = (&App{Env: &env, ChDir: dir}).stateManager(ctx, &stateFlags{}); err != nil {
-				m = nil
+	kick := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		var m *backend.Manager
+		defer func() {
+			if m != nil {
+				m.Backend().Close()
+			}
+		}()
+		sent := map[string]client.Projection{}
+		send := func() {
+			if m == nil {
+				env := *a.Env
+				env.Stdout, env.Stderr, env.Stdin = io.Discard, io.Discard, nil
+				var err error
+				if m, err = (&App{Env: &env, ChDir: dir}).stateManager(ctx, &stateFlags{}); err != nil {
+					m = nil
+					return
+				}
+			}
+			st, err := m.Read(ctx)
+			if err != nil {
 				return
 			}
-		}
-		st, err := m.Read(ctx)
-		if err != nil {
-			return
-		}
-		var changed []client.Projection
-		for _, p := range projectionsOf(st) {
-			if sent[p.Address] != p {
-				changed = append(changed, p)
-				sent[p.Address] = p
+			var changed []client.Projection
+			for _, p := range projectionsOf(st) {
+				if sent[p.Address] != p {
+					changed = append(changed, p)
+					sent[p.Address] = p
+				}
+			}
+			if len(changed) > 0 {
+				j.Project(changed...) // a fenced refusal cancels the run; others wait for the end
 			}
 		}
-		if len(changed) > 0 {
-			j.Project(changed...) // a fenced refusal cancels the run; others wait for the end
+		// stopped sends what an operation that ended since the last send changed.
+		stopped := func() {
+			select {
+			case <-kick:
+				send()
+			default:
+			}
 		}
-	}, done
+		for {
+			select {
+			case <-kick:
+				send()
+			case <-stop:
+				stopped()
+				return
+			}
+			select {
+			case <-stop:
+				stopped()
+				return
+			case <-time.After(projectEvery):
+			}
+		}
+	}()
+	var once sync.Once
+	return func(ev executor.Event) {
+			if ev.Phase != "done" && ev.Phase != "failed" {
+				return
+			}
+			select {
+			case kick <- struct{}{}:
+			default: // a read is due already
+			}
+		}, func() {
+			once.Do(func() {
+				close(stop)
+				<-finished
+			})
+		}
 }
 
 // projectEvery spaces the projections sent during a run.

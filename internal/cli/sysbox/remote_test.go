@@ -13,9 +13,9 @@ import (
 )
 
 // TestProjectionsDuringRun: an apply run with the agent's executor-event hook sends
-// projections while it goes on: the first resource operation that ends is projected at once
-// (present, with its external id, before the run's end), and every projection sent is one the
-// state holds at that moment.
+// projections while it goes on (in the background, so the test waits for the hook's done): the
+// first resource operation that ends is projected (present, with its external id), and every
+// projection sent is one the state holds at that moment.
 func TestProjectionsDuringRun(t *testing.T) {
 	dir := copyDir(t, "../../../examples/lab-small")
 	var out bytes.Buffer
@@ -38,9 +38,10 @@ func TestProjectionsDuringRun(t *testing.T) {
 	if code := Main(context.Background(), env, []string{"apply", "-auto-approve", "--chdir", dir}); code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, out.String())
 	}
+	done() // the hook's sends are in the background: wait for them
 	ended = true
 	if len(calls) == 0 {
-		t.Fatalf("no projection sent during the run:\n%s", out.String())
+		t.Fatalf("no projection sent by the hook:\n%s", out.String())
 	}
 	for _, p := range calls[0] {
 		if p.Observation != "present" || p.ExternalID == "" || !strings.Contains(out.String(), p.Address+": Creation complete") {

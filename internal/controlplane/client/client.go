@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -194,9 +195,17 @@ type Lease struct {
 }
 
 // Claim asks for a run; nil when there is none.
-func (a *Agent) Claim(ctx context.Context) (*Lease, error) {
+func (a *Agent) Claim(ctx context.Context) (*Lease, error) { return a.ClaimWait(ctx, 0) }
+
+// ClaimWait asks for a run, letting the server wait up to wait for one to be queued (a long
+// poll); nil when there was none.
+func (a *Agent) ClaimWait(ctx context.Context, wait time.Duration) (*Lease, error) {
+	path := "/v1/agent/claim"
+	if wait > 0 {
+		path += "?wait=" + strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)
+	}
 	var l Lease
-	code, err := a.call(ctx, http.MethodPost, "/v1/agent/claim", 0, nil, &l, http.StatusOK, http.StatusNoContent)
+	code, err := a.call(ctx, http.MethodPost, path, 0, nil, &l, http.StatusOK, http.StatusNoContent)
 	if err != nil || code == http.StatusNoContent {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -17,8 +18,8 @@ type User struct {
 	URL   string // the server's base URL, without /v1
 	Token string
 	HTTP  *http.Client
-	// Poll is the wait between two reads of a followed run (0: 50 ms).
-	Poll time.Duration
+	// Wait is the longest a read of a followed run's events waits on the server (0: 25 s).
+	Wait time.Duration
 }
 
 // do sends in (JSON, or bytes as they are) and decodes an answer of status want into out (or,
@@ -187,50 +188,62 @@ type RunEvent struct {
 
 // Events reads a run's events after sequence number after.
 func (u *User) Events(ctx context.Context, project, run string, after int64) ([]RunEvent, error) {
+	return u.EventsWait(ctx, project, run, after, 0)
+}
+
+// EventsWait reads a run's events after sequence number after, letting the server wait up to
+// wait for one (or for the run's end) when there is none yet: a long poll.
+func (u *User) EventsWait(ctx context.Context, project, run string, after int64, wait time.Duration) ([]RunEvent, error) {
+	path := fmt.Sprintf("/v1/projects/%s/runs/%s/events?after=%d", project, run, after)
+	if wait > 0 {
+		path += "&wait=" + strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)
+	}
 	var evs []RunEvent
-	err := u.do(ctx, http.MethodGet, fmt.Sprintf("/v1/projects/%s/runs/%s/events?after=%d", project, run, after), nil, &evs, http.StatusOK)
+	err := u.do(ctx, http.MethodGet, path, nil, &evs, http.StatusOK)
 	return evs, err
 }
 
 // Follow hands each of the run's events to emit, in order, until the run ended and every
-// event it wrote was handed over; it returns the run as it ended. The agent writes all of a
-// run's events before it completes it, so reading the log once more after the end misses none.
+// event it wrote was handed over; it returns the run as it ended. Each read of the event log
+// is a long poll: it answers as soon as the agent wrote an event or ended the run. The agent
+// writes all of a run's events before it completes it, so reading the log once more after
+// the end misses none.
 func (u *User) Follow(ctx context.Context, project, run string, emit func(RunEvent)) (RunStatus, error) {
-	poll := u.Poll
-	if poll <= 0 {
-		poll = 50 * time.Millisecond
+	wait := u.Wait
+	if wait <= 0 {
+		wait = 25 * time.Second
 	}
 	var after int64
-	drain := func() error {
-		for {
-			evs, err := u.Events(ctx, project, run, after)
-			if err != nil {
-				return err
-			}
-			for _, e := range evs {
-				emit(e)
-				after = e.Seq
-			}
-			if len(evs) == 0 {
-				return nil
-			}
+	read := func(wait time.Duration) (int, error) {
+		evs, err := u.EventsWait(ctx, project, run, after, wait)
+		for _, e := range evs {
+			emit(e)
+			after = e.Seq
 		}
+		return len(evs), err
 	}
 	for {
-		if err := drain(); err != nil {
+		n, err := read(wait)
+		if err != nil {
 			return RunStatus{}, err
 		}
+		if n > 0 {
+			continue
+		}
+		// Nothing new: the run ended, or the wait ran out.
 		st, err := u.Run(ctx, project, run)
 		if err != nil {
 			return RunStatus{}, err
 		}
 		if st.Done() {
-			return st, drain()
+			for {
+				if n, err := read(0); err != nil || n == 0 {
+					return st, err
+				}
+			}
 		}
-		select {
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			return st, ctx.Err()
-		case <-time.After(poll):
 		}
 	}
 }

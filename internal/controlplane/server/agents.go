@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"zyvor.dev/sysbox/internal/controlplane/store"
@@ -186,31 +189,104 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c agentCall) 
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) claim(w http.ResponseWriter, r *http.Request, c agentCall) {
-	l, err := s.store.ClaimRun(r.Context(), c.agent.Project, c.agent.ID, c.agent.Capabilities, s.LeaseTTL)
-	if errors.Is(err, store.ErrNoRun) {
-		w.WriteHeader(http.StatusNoContent)
-		return
+// maxWait bounds a long poll (claim, events).
+const maxWait = wire.MaxWait
+
+// waitParam reads the query's "wait" (seconds, at most maxWait); false after answering 400.
+func waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	q := r.URL.Query().Get("wait")
+	if q == "" {
+		return 0, true
 	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	f, err := strconv.ParseFloat(q, 64)
+	if err != nil || f < 0 || f > maxWait.Seconds() || math.IsNaN(f) {
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("wait %q: want seconds from 0 to %v", q, maxWait.Seconds()))
+		return 0, false
 	}
-	s.claims.Inc()
-	s.log.Info("run claimed", "run", l.Run.ID, "agent", l.Agent, "epoch", l.Epoch)
-	writeJSON(w, http.StatusOK, l)
+	return time.Duration(f * float64(time.Second)), true
 }
 
-// held checks the agent holds the path's run at the signed epoch: reads go through the same
-// fence as writes.
+// wait outcomes.
+const (
+	waitWoken   = iota // changed, or the time ran out
+	waitClosing        // the server shuts down
+	waitGone           // the request ended
+)
+
+// waitChange waits up to d for changed (a long poll's wake-up), counted in the in-flight
+// gauge.
+func (s *Server) waitChange(r *http.Request, changed <-chan struct{}, d time.Duration) int {
+	s.polls.Inc()
+	defer s.polls.Dec()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-s.closing:
+		return waitClosing
+	case <-r.Context().Done():
+		return waitGone
+	}
+	return waitWoken
+}
+
+// claim gives the agent a run, waiting up to the query's "wait" for one (a long poll: a run
+// queued meanwhile, or a lease lapsing, ends the wait at once).
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, c agentCall) {
+	wait, ok := waitParam(w, r)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		changed := s.store.Changed(store.RunsTopic(c.agent.Project))
+		l, err := s.store.ClaimRun(r.Context(), c.agent.Project, c.agent.ID, c.agent.Capabilities, s.LeaseTTL)
+		if err == nil {
+			s.claims.Inc()
+			s.log.Info("run claimed", "run", l.Run.ID, "agent", l.Agent, "epoch", l.Epoch)
+			writeJSON(w, http.StatusOK, l)
+			return
+		}
+		if !errors.Is(err, store.ErrNoRun) {
+			s.fail(w, r, err)
+			return
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		// A lapsing lease makes a run claimable without a write to wake us: wake then too.
+		if lapse, err := s.store.NextLapse(r.Context(), c.agent.Project); err == nil && !lapse.IsZero() {
+			left = min(left, max(lapse.Sub(s.store.Now())+time.Millisecond, 10*time.Millisecond))
+		}
+		switch s.waitChange(r, changed, left) {
+		case waitGone:
+			return
+		case waitClosing:
+			deadline = time.Now() // answer what there is
+		}
+		// The agent may have been revoked while it waited: check again before claiming.
+		a, err := s.store.Agent(r.Context(), c.agent.ID)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if a.Revoked {
+			s.refuse(w, r, "revoked", a.ID, errors.New("agent revoked during a claim's wait"))
+			return
+		}
+		c.agent = a
+	}
+}
+
+// held checks the agent holds the path's run at the signed epoch with a live lease: reads go
+// through the same fence as writes.
 func (s *Server) held(w http.ResponseWriter, r *http.Request, c agentCall) (store.Run, bool) {
-	run, err := s.store.Run(r.Context(), c.agent.Project, r.PathValue("run"))
+	run, err := s.store.Held(r.Context(), c.agent.Project, r.PathValue("run"), c.agent.ID, c.msg.Epoch)
 	if err != nil {
 		s.fail(w, r, err)
-		return store.Run{}, false
-	}
-	if run.Agent != c.agent.ID || run.Epoch != c.msg.Epoch || run.Status != store.RunRunning {
-		s.fail(w, r, &store.FencedError{Run: run.ID, Agent: c.agent.ID, Epoch: c.msg.Epoch, Current: run.Epoch, Reason: "not the holder"})
 		return store.Run{}, false
 	}
 	return run, true

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,12 +96,17 @@ type Server struct {
 	// UI is the read-only web view at /ui/.
 	UI *webui.View
 
+	// closing ends long polls when the server shuts down (Shutdown waits for open requests).
+	closing   chan struct{}
+	closeOnce sync.Once
+
 	reg       *prometheus.Registry
 	requests  *prometheus.CounterVec
 	refused   *prometheus.CounterVec
 	claims    prometheus.Counter
 	events    prometheus.Counter
 	fencedOps prometheus.Counter
+	polls     prometheus.Gauge
 }
 
 // New returns a server over st that signs its answers to agents with key and logs to log.
@@ -109,7 +115,7 @@ func New(st *store.Store, key ed25519.PrivateKey, log *slog.Logger) (*Server, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{store: st, key: key, log: log, doc: docJSON, LeaseTTL: 30 * time.Second, Now: time.Now,
+	s := &Server{store: st, key: key, log: log, doc: docJSON, LeaseTTL: 30 * time.Second, Now: time.Now, closing: make(chan struct{}),
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sysbox_cp_http_requests_total",
 			Help: "HTTP requests by route pattern and status code."}, []string{"route", "code"}),
@@ -121,8 +127,10 @@ func New(st *store.Store, key ed25519.PrivateKey, log *slog.Logger) (*Server, er
 			Help: "Run events appended."}),
 		fencedOps: prometheus.NewCounter(prometheus.CounterOpts{Name: "sysbox_cp_fenced_writes_total",
 			Help: "Writes refused for a stale lease epoch."}),
+		polls: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sysbox_cp_long_polls",
+			Help: "Long polls (claims, event reads) waiting now."}),
 	}
-	s.reg.MustRegister(s.requests, s.refused, s.claims, s.events, s.fencedOps,
+	s.reg.MustRegister(s.requests, s.refused, s.claims, s.events, s.fencedOps, s.polls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.routes()
 	return s, nil
@@ -131,8 +139,12 @@ func New(st *store.Store, key ed25519.PrivateKey, log *slog.Logger) (*Server, er
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Close ends the web view's open event streams (http.Server.Shutdown waits for them).
-func (s *Server) Close() { s.UI.Close() }
+// Close ends the web view's open event streams and the long polls (http.Server.Shutdown waits
+// for them).
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.UI.Close()
+}
 
 // Routes lists the /v1 routes served ("METHOD /path/{param}"), sorted.
 func (s *Server) Routes() []string {
@@ -220,18 +232,22 @@ func writeErr(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, apiError{Error: msg})
 }
 
-// fail maps a store error to a status: not found 404, exists 409, fenced 409, else 500 (the
+// fail maps a store error to a status: not found 404, exists or a revoked workspace agent 409, fenced 409, else 500 (the
 // cause logged, a generic message answered).
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeErr(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, store.ErrExists):
+	case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrHolderRevoked):
 		writeErr(w, http.StatusConflict, err.Error())
 	case errors.Is(err, store.ErrFenced):
 		s.fencedOps.Inc()
 		s.log.Warn("fenced write refused", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeErr(w, http.StatusConflict, err.Error())
+	case r.Context().Err() != nil:
+		// The client went away (an agent shutting down): nothing failed here.
+		s.log.Debug("request abandoned by its client", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeErr(w, http.StatusServiceUnavailable, "request abandoned")
 	default:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeErr(w, http.StatusInternalServerError, "internal error (logged)")
@@ -496,6 +512,8 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, project string) 
 	s.reply(w, r, http.StatusOK, run, err)
 }
 
+// listEvents answers the run's events after the query's "after"; with "wait" (seconds) and
+// none yet, it waits for one or the run's end (a long poll: the store's write wakes it).
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, project string) {
 	after := int64(0)
 	if a := r.URL.Query().Get("after"); a != "" {
@@ -506,8 +524,37 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, project stri
 		}
 		after = n
 	}
-	evs, err := s.store.Events(r.Context(), project, r.PathValue("run"), after, 1000)
-	s.reply(w, r, http.StatusOK, evs, err)
+	wait, ok := waitParam(w, r)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(wait)
+	id := r.PathValue("run")
+	for {
+		changed := s.store.Changed(store.RunTopic(id))
+		// The run's status first: a run that had ended had written all its events.
+		run, err := s.store.Run(r.Context(), project, id)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		evs, err := s.store.Events(r.Context(), project, id, after, 1000)
+		if err != nil || len(evs) > 0 || run.Status == store.RunSucceeded || run.Status == store.RunFailed {
+			s.reply(w, r, http.StatusOK, evs, err)
+			return
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			writeJSON(w, http.StatusOK, evs)
+			return
+		}
+		switch s.waitChange(r, changed, left) {
+		case waitGone:
+			return
+		case waitClosing:
+			deadline = time.Now() // answer what there is
+		}
+	}
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, project string) {

@@ -5,12 +5,14 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -398,6 +400,10 @@ var cases = []struct {
 	{"ZombieAgentFenced", testZombieAgentFenced},
 	{"AgentAuthenticationFailures", testAgentAuthenticationFailures},
 	{"AnswersSignedByServer", testAnswersSignedByServer},
+	{"LongPolls", testLongPolls},
+	{"LapsedLeaseReadsNothing", testLapsedLeaseReadsNothing},
+	{"ManyConcurrentClaimers", testManyConcurrentClaimers},
+	{"RevokedAgentsWorkspace", testRevokedAgentsWorkspace},
 }
 
 func TestServerSQLite(t *testing.T) {
@@ -415,4 +421,198 @@ func TestServerPostgres(t *testing.T) {
 			c.fn(t, newEnv(t, func(t *testing.T, dir string) (*store.Store, error) { return store.OpenPostgres(ctx, d) }))
 		})
 	}
+}
+
+// waitPolls waits until n long polls wait on the server (a readiness wait, generous deadline).
+func (e *env) waitPolls(n int) {
+	e.t.Helper()
+	want := fmt.Sprintf("\nsysbox_cp_long_polls %d\n", n)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(e.ts.URL + "/metrics")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no %d long polls waiting after 30 s:\n%s", n, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A waiting claim is handed a run queued while it waits, and a waiting read of a run's
+// events answers the agent's next event and the run's end, each long before its wait (30 s,
+// 25 s) ran out: the store's write wakes them.
+func testLongPolls(t *testing.T, e *env) {
+	p, tok, ws := e.project("red")
+	a := e.join(p, "a", "driver:netns")
+	type claimed struct {
+		l   *client.Lease
+		err error
+	}
+	claims := make(chan claimed, 1)
+	go func() {
+		l, err := a.ClaimWait(ctx, 30*time.Second)
+		claims <- claimed{l, err}
+	}()
+	e.waitPolls(1)
+	run := e.queue(p, tok, ws, "netns")
+	c := <-claims
+	if c.err != nil || c.l == nil || c.l.Run.ID != run.ID {
+		t.Fatalf("waiting claim: got %+v, %v; want run %s", c.l, c.err, run.ID)
+	}
+	u := &client.User{URL: e.ts.URL, Token: tok, HTTP: e.hc}
+	type read struct {
+		evs []client.RunEvent
+		err error
+	}
+	reads := make(chan read, 1)
+	go func() {
+		evs, err := u.EventsWait(ctx, p, run.ID, 0, 30*time.Second)
+		reads <- read{evs, err}
+	}()
+	e.waitPolls(1)
+	if _, err := a.Events(ctx, c.l, client.Event{Kind: "progress", Data: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-reads; r.err != nil || len(r.evs) != 1 || r.evs[0].Data != "one" {
+		t.Fatalf("waiting read: got %+v, %v; want event one", r.evs, r.err)
+	}
+	type followed struct {
+		st   client.RunStatus
+		data []string
+		err  error
+	}
+	follows := make(chan followed, 1)
+	go func() {
+		var data []string
+		st, err := u.Follow(ctx, p, run.ID, func(ev client.RunEvent) { data = append(data, ev.Data) })
+		follows <- followed{st, data, err}
+	}()
+	e.waitPolls(1) // the follower read "one" and waits for more
+	if _, err := a.Events(ctx, c.l, client.Event{Kind: "progress", Data: "two"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Complete(ctx, c.l, "succeeded", "done", 0); err != nil {
+		t.Fatal(err)
+	}
+	f := <-follows
+	if f.err != nil || f.st.Status != "succeeded" || !slices.Equal(f.data, []string{"one", "two"}) {
+		t.Fatalf("follow: got %+v %q, %v; want succeeded after one, two", f.st, f.data, f.err)
+	}
+	for _, q := range []string{"wait=31", "wait=-1", "wait=soon"} {
+		e.want(400, "GET", "/v1/projects/"+p+"/runs/"+run.ID+"/events?"+q, tok, nil, nil)
+		if code, _, err := a.Do(ctx, http.MethodPost, "/v1/agent/claim?"+q, 0, nil); err != nil || code != 400 {
+			t.Fatalf("claim with %s: got %d, %v; want 400", q, code, err)
+		}
+	}
+}
+
+// An agent whose lease lapsed reads nothing more of the run (plan, revision), even before
+// another agent claimed it.
+func testLapsedLeaseReadsNothing(t *testing.T, e *env) {
+	p, tok, ws := e.project("red")
+	a := e.join(p, "a", "driver:netns")
+	e.queue(p, tok, ws, "netns")
+	l, err := a.Claim(ctx)
+	if err != nil || l == nil {
+		t.Fatalf("claim: %+v, %v", l, err)
+	}
+	if _, err := a.Plan(ctx, l); err != nil {
+		t.Fatalf("plan under a live lease: %v", err)
+	}
+	e.clock.Advance(e.srv.LeaseTTL + time.Second)
+	if _, err := a.Plan(ctx, l); !errors.Is(err, client.ErrFenced) {
+		t.Fatalf("plan after the lapse: got %v, want fenced", err)
+	}
+	if _, err := a.Revision(ctx, l); !errors.Is(err, client.ErrFenced) {
+		t.Fatalf("revision after the lapse: got %v, want fenced", err)
+	}
+}
+
+// Many agents claiming at once over HTTP: every run is claimed exactly once and no claim
+// fails (an SQLite claim once answered 500 under 50 concurrent claimers).
+func testManyConcurrentClaimers(t *testing.T, e *env) {
+	p, tok, ws := e.project("red")
+	first := e.queue(p, tok, ws, "netns")
+	const agents, runs = 50, 150
+	want := map[string]bool{first.ID: true}
+	for len(want) < runs {
+		r, err := e.st.CreateRun(ctx, p, first.Plan, "apply", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[r.ID] = true
+	}
+	as := make([]*client.Agent, agents)
+	for i := range as {
+		as[i] = e.join(p, fmt.Sprint("a", i), "driver:netns")
+	}
+	var mu sync.Mutex
+	got := map[string][]string{}
+	var wg sync.WaitGroup
+	for _, a := range as {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				l, err := a.Claim(ctx)
+				if err != nil {
+					t.Errorf("agent %s: claim: %v", a.ID, err)
+					return
+				}
+				if l == nil {
+					return
+				}
+				mu.Lock()
+				got[l.Run.ID] = append(got[l.Run.ID], a.ID)
+				mu.Unlock()
+				if err := a.Complete(ctx, l, "succeeded", "ok", 0); err != nil {
+					t.Errorf("agent %s: complete %s: %v", a.ID, l.Run.ID, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(got) != runs {
+		t.Fatalf("got %d runs claimed, want %d", len(got), runs)
+	}
+	for id, by := range got {
+		if !want[id] || len(by) != 1 {
+			t.Fatalf("run %s claimed by %v, want exactly one of the queued runs' claims", id, by)
+		}
+	}
+	if strings.Contains(e.log.String(), "request failed") {
+		t.Fatalf("the server logged a failure:\n%s", e.log.String())
+	}
+}
+
+// Revoking the agent that keeps a workspace's state fails its sticky runs with the reason,
+// and a new sticky run for that workspace is refused with 409.
+func testRevokedAgentsWorkspace(t *testing.T, e *env) {
+	p, tok, ws := e.project("red")
+	a := e.join(p, "a", "driver:netns")
+	var rev store.Revision
+	e.want(201, "POST", "/v1/projects/"+p+"/revisions", tok, []byte("bundle"), &rev)
+	sticky := map[string]any{"op": "state list", "workspace": ws, "revision": rev.Digest, "sticky": true}
+	var run store.Run
+	e.want(201, "POST", "/v1/projects/"+p+"/runs", tok, sticky, &run)
+	if l, err := a.Claim(ctx); err != nil || l == nil {
+		t.Fatalf("claim: %+v, %v", l, err)
+	}
+	e.want(204, "POST", "/v1/projects/"+p+"/agents/"+a.ID+"/revoke", tok, nil, nil)
+	e.want(200, "GET", "/v1/projects/"+p+"/runs/"+run.ID, tok, nil, &run)
+	if run.Status != "failed" || !strings.Contains(run.Result, "revoked") {
+		t.Fatalf("the revoked agent's run: got %s %q, want failed, saying why", run.Status, run.Result)
+	}
+	e.want(409, "POST", "/v1/projects/"+p+"/runs", tok, sticky, nil)
 }

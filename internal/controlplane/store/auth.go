@@ -59,7 +59,7 @@ func (s *Store) CreateToken(ctx context.Context, kind, project, name string) (st
 	}
 	plain := TokenPrefix + kind[:1] + "_" + base64.RawURLEncoding.EncodeToString(b[:])
 	t := Token{Hash: HashToken(plain), Kind: kind, Project: project, Name: name, Created: timeOf(s.now())}
-	if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cp_tokens (hash, kind, project_id, name, used_at, created_at) VALUES (?, ?, ?, ?, 0, ?)`),
+	if _, err := s.exec(ctx, s.q(`INSERT INTO cp_tokens (hash, kind, project_id, name, used_at, created_at) VALUES (?, ?, ?, ?, 0, ?)`),
 		t.Hash, kind, project, name, t.Created.UnixNano()); err != nil {
 		return "", Token{}, s.wrap("create token "+name, err)
 	}
@@ -108,7 +108,7 @@ func (s *Store) UseJoinToken(ctx context.Context, token string) (Token, error) {
 	if t.Kind != TokenJoin {
 		return Token{}, fmt.Errorf("token %q is a %s token, not a join token: %w", t.Name, t.Kind, ErrNotFound)
 	}
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE cp_tokens SET used_at = ? WHERE hash = ? AND kind = 'join' AND used_at = 0`), s.now(), t.Hash)
+	res, err := s.exec(ctx, s.q(`UPDATE cp_tokens SET used_at = ? WHERE hash = ? AND kind = 'join' AND used_at = 0`), s.now(), t.Hash)
 	if err != nil {
 		return Token{}, s.wrap("use join token", err)
 	}
@@ -136,7 +136,7 @@ func (s *Store) CreateAgent(ctx context.Context, project, name string, publicKey
 		return Agent{}, err
 	}
 	a := Agent{ID: newID("agt_"), Project: project, Name: name, PublicKey: publicKey, Capabilities: decodeList(encodeList(caps)), Created: timeOf(s.now())}
-	if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cp_agents (id, project_id, name, public_key, capabilities, revoked, created_at, seen_at) VALUES (?, ?, ?, ?, ?, 0, ?, 0)`),
+	if _, err := s.exec(ctx, s.q(`INSERT INTO cp_agents (id, project_id, name, public_key, capabilities, revoked, created_at, seen_at) VALUES (?, ?, ?, ?, ?, 0, ?, 0)`),
 		a.ID, project, name, publicKey, encodeList(caps), a.Created.UnixNano()); err != nil {
 		return Agent{}, s.wrap("create agent "+name, err)
 	}
@@ -188,21 +188,57 @@ func (s *Store) Agents(ctx context.Context, project string) ([]Agent, error) {
 	return out, rows.Err()
 }
 
-// RevokeAgent marks an agent of project revoked: its signatures are refused from now on.
+// RevokeAgent marks an agent of project revoked: its signatures are refused from now on. The
+// sticky runs of workspaces whose state lives with it can never run: they fail, with the
+// reason as their result (a claim fails any that slip past this).
 func (s *Store) RevokeAgent(ctx context.Context, project, id string) error {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE cp_agents SET revoked = 1 WHERE id = ? AND project_id = ?`), id, project)
+	res, err := s.exec(ctx, s.q(`UPDATE cp_agents SET revoked = 1 WHERE id = ? AND project_id = ?`), id, project)
 	if err != nil {
 		return s.wrap("revoke agent "+id, err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return fmt.Errorf("agent %s: %w", id, ErrNotFound)
 	}
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+runColumns+` FROM cp_runs WHERE project_id = ? AND sticky = 1 AND status IN ('queued', 'running') ORDER BY created_at, id`), project)
+	if err != nil {
+		return s.wrap("revoke agent "+id, err)
+	}
+	var open []Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			rows.Close()
+			return s.wrap("revoke agent "+id, err)
+		}
+		open = append(open, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s.wrap("revoke agent "+id, err)
+	}
+	orphaned := map[string]bool{}
+	for _, r := range open {
+		held, seen := orphaned[r.Workspace]
+		if !seen {
+			holder, revoked, err := s.stickyHolder(ctx, s.db, r.Workspace)
+			if err != nil {
+				return s.wrap("revoke agent "+id, err)
+			}
+			held = revoked && holder == id
+			orphaned[r.Workspace] = held
+		}
+		if held {
+			if err := s.failOrphan(ctx, r, id); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
 // Heartbeat records that the agent was seen and what it can do now.
 func (s *Store) Heartbeat(ctx context.Context, id string, caps []string) error {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE cp_agents SET capabilities = ?, seen_at = ? WHERE id = ? AND revoked = 0`), encodeList(caps), s.now(), id)
+	res, err := s.exec(ctx, s.q(`UPDATE cp_agents SET capabilities = ?, seen_at = ? WHERE id = ? AND revoked = 0`), encodeList(caps), s.now(), id)
 	if err != nil {
 		return s.wrap("heartbeat "+id, err)
 	}
@@ -212,14 +248,22 @@ func (s *Store) Heartbeat(ctx context.Context, id string, caps []string) error {
 	return nil
 }
 
+// pruneEvery spaces the deletions of expired nonces.
+const pruneEvery = 10 * time.Second
+
 // UseNonce records nonce for agent until expires; a nonce seen before (and not yet expired)
 // is ErrReplay. Expired nonces are pruned on the way: a request that old is refused for its
 // timestamp before its nonce is checked.
 func (s *Store) UseNonce(ctx context.Context, agent, nonce string, expires time.Time) error {
-	if _, err := s.db.ExecContext(ctx, s.q(`DELETE FROM cp_nonces WHERE expires_at < ?`), s.now()); err != nil {
-		return s.wrap("prune nonces", err)
+	// Pruning is one more write (an fsync on SQLite): done at most every pruneEvery, not per
+	// request.
+	if now := s.now(); now-s.lastPrune.Load() >= pruneEvery.Nanoseconds() {
+		s.lastPrune.Store(now)
+		if _, err := s.exec(ctx, s.q(`DELETE FROM cp_nonces WHERE expires_at < ?`), now); err != nil {
+			return s.wrap("prune nonces", err)
+		}
 	}
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cp_nonces (agent_id, nonce, expires_at) VALUES (?, ?, ?) ON CONFLICT (agent_id, nonce) DO NOTHING`),
+	res, err := s.exec(ctx, s.q(`INSERT INTO cp_nonces (agent_id, nonce, expires_at) VALUES (?, ?, ?) ON CONFLICT (agent_id, nonce) DO NOTHING`),
 		agent, nonce, expires.UnixNano())
 	if err != nil {
 		return s.wrap("nonce", err)

@@ -23,62 +23,169 @@ type Lease struct {
 // placeholder): queued, or running with a lapsed lease.
 const claimable = `(status = 'queued' OR (status = 'running' AND lease_expires < ?))`
 
+// claimPageSize is how many claimable runs a claim reads at a time; it reads on, page by
+// page, until it finds one the agent may take, so a run it can take never starves behind runs
+// it cannot.
+const claimPageSize = 200
+
 // ClaimRun gives agent the oldest run of project that it may take: queued, or running with a
 // lapsed lease (for a sticky run, only the agent that held it), whose requirements caps
-// covers. The claim is a compare-and-swap on the epoch read, so of concurrent claimers of one
-// run exactly one wins; the winner's epoch is one more than any before. ErrNoRun when nothing
-// fits.
+// covers. The claim runs in one write transaction and is a compare-and-swap on the epoch
+// read, so of concurrent claimers of one run exactly one wins; the winner's epoch is one more
+// than any before. A sticky run whose workspace's agent was revoked can never run (its state
+// lives with that agent): it fails, with the reason as its result. ErrNoRun when nothing fits.
 func (s *Store) ClaimRun(ctx context.Context, project, agent string, caps []string, ttl time.Duration) (Lease, error) {
 	if ttl <= 0 {
 		return Lease{}, fmt.Errorf("claim for agent %s: lease TTL %v must be positive", agent, ttl)
 	}
-	now := s.now()
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+runColumns+` FROM cp_runs WHERE project_id = ? AND `+claimable+` ORDER BY created_at, id LIMIT 200`), project, now)
+	var lease *Lease
+	orphans := map[string]Run{} // sticky runs whose workspace's agent was revoked, by holder
+	err := s.write(ctx, "claim for agent "+agent, func(tx *sql.Tx) error {
+		now := s.now()
+		afterCreated, afterID := int64(-1), ""
+		for {
+			page, err := s.claimPage(ctx, tx, project, agent, now, afterCreated, afterID)
+			if err != nil {
+				return err
+			}
+			for _, r := range page {
+				if !covers(caps, r.Requires) {
+					continue
+				}
+				if r.Sticky {
+					holder, revoked, err := s.stickyHolder(ctx, tx, r.Workspace)
+					if err != nil {
+						return s.wrap("claim "+r.ID, err)
+					}
+					if revoked {
+						orphans[holder] = r
+						continue
+					}
+					if holder != "" && holder != agent {
+						continue
+					}
+				}
+				expires := now + ttl.Nanoseconds()
+				res, err := tx.ExecContext(ctx, s.q(`UPDATE cp_runs SET status = 'running', agent_id = ?, epoch = epoch + 1, lease_expires = ?, updated_at = ?
+					WHERE id = ? AND epoch = ? AND `+claimable),
+					agent, expires, now, r.ID, r.Epoch, now)
+				if err != nil {
+					return s.wrap("claim "+r.ID, err)
+				}
+				if n, _ := res.RowsAffected(); n != 1 {
+					continue // another claimer won this one
+				}
+				r.Status, r.Agent, r.Epoch, r.LeaseExpires = RunRunning, agent, r.Epoch+1, timeOf(expires)
+				lease = &Lease{Run: r, Agent: agent, Epoch: r.Epoch, Expires: r.LeaseExpires, TTLSeconds: ttl.Seconds()}
+				return nil
+			}
+			if len(page) < claimPageSize {
+				return nil
+			}
+			last := page[len(page)-1]
+			afterCreated, afterID = last.Created.UnixNano(), last.ID
+		}
+	})
 	if err != nil {
-		return Lease{}, s.wrap("claim", err)
+		return Lease{}, err
 	}
-	var candidates []Run
+	// Each orphan fails in a statement of its own, outside the claim: on PostgreSQL two
+	// claimers each holding one orphan's row lock while waiting for the other's could deadlock.
+	for holder, r := range orphans {
+		if err := s.failOrphan(ctx, r, holder); err != nil {
+			return Lease{}, err
+		}
+	}
+	if lease == nil {
+		return Lease{}, ErrNoRun
+	}
+	s.watch.notify(RunTopic(lease.Run.ID))
+	return *lease, nil
+}
+
+// claimPage reads up to claimPageSize runs of project claimable at now by agent, oldest
+// first, after (afterCreated, afterID).
+func (s *Store) claimPage(ctx context.Context, tx *sql.Tx, project, agent string, now, afterCreated int64, afterID string) ([]Run, error) {
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT `+runColumns+` FROM cp_runs WHERE project_id = ? AND `+claimable+`
+		AND NOT (sticky = 1 AND status = 'running' AND agent_id <> ?)
+		AND (created_at > ? OR (created_at = ? AND id > ?))
+		ORDER BY created_at, id LIMIT `+fmt.Sprint(claimPageSize)), project, now, agent, afterCreated, afterCreated, afterID)
+	if err != nil {
+		return nil, s.wrap("claim", err)
+	}
+	defer rows.Close()
+	var page []Run
 	for rows.Next() {
 		r, err := scanRun(rows)
 		if err != nil {
-			rows.Close()
-			return Lease{}, s.wrap("claim", err)
+			return nil, s.wrap("claim", err)
 		}
-		if !covers(caps, r.Requires) || (r.Sticky && r.Status == RunRunning && r.Agent != agent) {
-			continue
-		}
-		candidates = append(candidates, r)
+		page = append(page, r)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return Lease{}, s.wrap("claim", err)
+		return nil, s.wrap("claim", err)
 	}
-	for _, r := range candidates {
-		if r.Sticky {
-			// The workspace's state lives with the agent that claimed its first sticky run.
-			var holder string
-			err := s.db.QueryRowContext(ctx, s.q(`SELECT agent_id FROM cp_runs WHERE workspace_id = ? AND sticky = 1 AND epoch > 0 ORDER BY created_at, id LIMIT 1`), r.Workspace).Scan(&holder)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return Lease{}, s.wrap("claim "+r.ID, err)
-			}
-			if holder != "" && holder != agent {
-				continue
-			}
-		}
-		expires := now + ttl.Nanoseconds()
-		res, err := s.db.ExecContext(ctx, s.q(`UPDATE cp_runs SET status = 'running', agent_id = ?, epoch = epoch + 1, lease_expires = ?, updated_at = ?
-			WHERE id = ? AND epoch = ? AND `+claimable),
-			agent, expires, now, r.ID, r.Epoch, now)
-		if err != nil {
-			return Lease{}, s.wrap("claim "+r.ID, err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			continue // another claimer won this one
-		}
-		r.Status, r.Agent, r.Epoch, r.LeaseExpires = RunRunning, agent, r.Epoch+1, timeOf(expires)
-		return Lease{Run: r, Agent: agent, Epoch: r.Epoch, Expires: r.LeaseExpires, TTLSeconds: ttl.Seconds()}, nil
+	return page, nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// stickyHolder is the agent a workspace's sticky runs go to: the one that claimed its first
+// sticky run ("" if none did yet), and whether that agent was revoked.
+func (s *Store) stickyHolder(ctx context.Context, q querier, workspace string) (string, bool, error) {
+	var holder string
+	var revoked int
+	err := q.QueryRowContext(ctx, s.q(`SELECT r.agent_id, COALESCE((SELECT a.revoked FROM cp_agents a WHERE a.id = r.agent_id), 0)
+		FROM cp_runs r WHERE r.workspace_id = ? AND r.sticky = 1 AND r.epoch > 0 ORDER BY r.created_at, r.id LIMIT 1`), workspace).Scan(&holder, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
 	}
-	return Lease{}, ErrNoRun
+	return holder, revoked == 1, err
+}
+
+// ErrHolderRevoked: a sticky run's workspace keeps its state with an agent that was revoked,
+// so no agent can run it.
+var ErrHolderRevoked = errors.New("the workspace's agent was revoked")
+
+func holderRevoked(workspace, holder string) error {
+	return fmt.Errorf("workspace %s: its state lives with agent %s: %w; run it in a new workspace", workspace, holder, ErrHolderRevoked)
+}
+
+// stickyHolderLive refuses a sticky run for a workspace whose agent was revoked.
+func (s *Store) stickyHolderLive(ctx context.Context, q querier, workspace string) error {
+	holder, revoked, err := s.stickyHolder(ctx, q, workspace)
+	if err != nil {
+		return s.wrap("workspace "+workspace, err)
+	}
+	if revoked {
+		return holderRevoked(workspace, holder)
+	}
+	return nil
+}
+
+// failOrphan fails a sticky run whose workspace's agent was revoked (if it is still queued or
+// running at the epoch read), with the reason as its result.
+func (s *Store) failOrphan(ctx context.Context, r Run, holder string) error {
+	res, err := s.exec(ctx, s.q(`UPDATE cp_runs SET status = 'failed', result = ?, lease_expires = 0, updated_at = ? WHERE id = ? AND epoch = ? AND status IN ('queued', 'running')`),
+		holderRevoked(r.Workspace, holder).Error(), s.now(), r.ID, r.Epoch)
+	if err != nil {
+		return s.wrap("fail run "+r.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		s.watch.notify(RunTopic(r.ID))
+	}
+	return nil
+}
+
+// NextLapse is when the earliest lease of project's running runs lapses (zero: none runs).
+func (s *Store) NextLapse(ctx context.Context, project string) (time.Time, error) {
+	var ns int64
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT COALESCE(MIN(lease_expires), 0) FROM cp_runs WHERE project_id = ? AND status = 'running'`), project).Scan(&ns); err != nil {
+		return time.Time{}, s.wrap("next lapse", err)
+	}
+	return timeOf(ns), nil
 }
 
 // FencedError says why a write on a run's behalf was refused; it wraps ErrFenced.
@@ -94,17 +201,10 @@ func (e *FencedError) Error() string {
 
 func (e *FencedError) Unwrap() error { return ErrFenced }
 
-// fence reads the run inside tx (locking its row where the database can) and refuses unless
-// agent holds its current epoch with a live lease. It returns the run.
-func (s *Store) fence(ctx context.Context, tx *sql.Tx, runID, agent string, epoch int64) (Run, error) {
-	r, err := scanRun(tx.QueryRowContext(ctx, s.q(`SELECT `+runColumns+` FROM cp_runs WHERE id = ?`+s.d.ForUpdate), runID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Run{}, fmt.Errorf("run %s: %w", runID, ErrNotFound)
-	}
-	if err != nil {
-		return Run{}, s.wrap("run "+runID, err)
-	}
-	fe := &FencedError{Run: runID, Agent: agent, Epoch: epoch, Current: r.Epoch}
+// holds refuses unless agent holds r at its current epoch with a live lease: the rule every
+// write on a run's behalf, and every read of what the run works on, passes.
+func (s *Store) holds(r Run, agent string, epoch int64) error {
+	fe := &FencedError{Run: r.ID, Agent: agent, Epoch: epoch, Current: r.Epoch}
 	switch {
 	case r.Epoch != epoch:
 		fe.Reason = "stale epoch"
@@ -115,29 +215,54 @@ func (s *Store) fence(ctx context.Context, tx *sql.Tx, runID, agent string, epoc
 	case r.LeaseExpires.UnixNano() < s.now():
 		fe.Reason = "lease lapsed"
 	default:
-		return r, nil
+		return nil
 	}
-	return Run{}, fe
+	return fe
 }
 
-// fenced runs fn in a transaction that first passed fence.
+// Held returns the run of project if agent holds it at epoch with a live lease (what an agent
+// may read of a run: its plan and revision), else a FencedError.
+func (s *Store) Held(ctx context.Context, project, runID, agent string, epoch int64) (Run, error) {
+	r, err := s.Run(ctx, project, runID)
+	if err != nil {
+		return Run{}, err
+	}
+	if err := s.holds(r, agent, epoch); err != nil {
+		return Run{}, err
+	}
+	return r, nil
+}
+
+// fence reads the run inside tx (locking its row where the database can) and refuses unless
+// agent holds its current epoch with a live lease. It returns the run.
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, runID, agent string, epoch int64) (Run, error) {
+	r, err := scanRun(tx.QueryRowContext(ctx, s.q(`SELECT `+runColumns+` FROM cp_runs WHERE id = ?`+s.d.ForUpdate), runID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Run{}, fmt.Errorf("run %s: %w", runID, ErrNotFound)
+	}
+	if err != nil {
+		return Run{}, s.wrap("run "+runID, err)
+	}
+	if err := s.holds(r, agent, epoch); err != nil {
+		return Run{}, err
+	}
+	return r, nil
+}
+
+// fenced runs fn in a write transaction that first passed fence; a success wakes the run's
+// watchers.
 func (s *Store) fenced(ctx context.Context, op, runID, agent string, epoch int64, fn func(tx *sql.Tx, r Run) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return s.wrap(op, err)
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		r, err := s.fence(ctx, tx, runID, agent, epoch)
+		if err != nil {
+			return err
+		}
+		return fn(tx, r)
+	})
+	if err == nil {
+		s.watch.notify(RunTopic(runID))
 	}
-	defer tx.Rollback()
-	r, err := s.fence(ctx, tx, runID, agent, epoch)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx, r); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return s.wrap(op+": commit", err)
-	}
-	return nil
+	return err
 }
 
 // RenewLease extends the lease agent holds at epoch to now+ttl. A lapsed lease is not

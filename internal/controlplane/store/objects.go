@@ -31,7 +31,7 @@ func (s *Store) PutRevision(ctx context.Context, project string, bundle []byte) 
 		return Revision{}, false, err
 	}
 	rev = Revision{Digest: Digest(bundle), Size: len(bundle), Created: timeOf(s.now())}
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cp_revisions (project_id, digest, bundle, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (project_id, digest) DO NOTHING`),
+	res, err := s.exec(ctx, s.q(`INSERT INTO cp_revisions (project_id, digest, bundle, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (project_id, digest) DO NOTHING`),
 		project, rev.Digest, bundle, rev.Created.UnixNano())
 	if err != nil {
 		return Revision{}, false, s.wrap("put revision "+rev.Digest, err)
@@ -93,7 +93,7 @@ func (s *Store) PutPlan(ctx context.Context, project, workspace, revision string
 	}
 	p := Plan{ID: newID("plan_"), Project: project, Workspace: workspace, Revision: revision, Digest: Digest(data),
 		Requires: decodeList(encodeList(requires)), Created: timeOf(s.now())}
-	if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cp_plans (id, project_id, workspace_id, revision, digest, data, requires, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+	if _, err := s.exec(ctx, s.q(`INSERT INTO cp_plans (id, project_id, workspace_id, revision, digest, data, requires, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
 		p.ID, project, workspace, revision, p.Digest, data, encodeList(requires), p.Created.UnixNano()); err != nil {
 		return Plan{}, s.wrap("put plan", err)
 	}
@@ -192,24 +192,28 @@ func (s *Store) QueueRun(ctx context.Context, project string, spec RunSpec) (Run
 	r := Run{ID: newID("run_"), Project: project, Workspace: spec.Workspace, Plan: spec.Plan, Op: spec.Op, Status: RunQueued,
 		Requires: decodeList(encodeList(spec.Requires)), Sticky: spec.Sticky, NextSeq: 1, Created: timeOf(s.now()),
 		Revision: spec.Revision, Args: append([]string{}, spec.Args...)}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return Run{}, s.wrap("create run", err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO cp_runs (id, project_id, workspace_id, plan_id, op, status, requires, sticky, agent_id, epoch, lease_expires, next_seq, result, created_at, updated_at)
+	err := s.write(ctx, "create run", func(tx *sql.Tx) error {
+		if r.Sticky {
+			if err := s.stickyHolderLive(ctx, tx, r.Workspace); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO cp_runs (id, project_id, workspace_id, plan_id, op, status, requires, sticky, agent_id, epoch, lease_expires, next_seq, result, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', 0, 0, 1, '', ?, ?)`),
-		r.ID, project, r.Workspace, r.Plan, r.Op, RunQueued, encodeList(r.Requires), boolInt(r.Sticky), r.Created.UnixNano(), r.Created.UnixNano()); err != nil {
-		return Run{}, s.wrap("create run", err)
+			r.ID, project, r.Workspace, r.Plan, r.Op, RunQueued, encodeList(r.Requires), boolInt(r.Sticky), r.Created.UnixNano(), r.Created.UnixNano()); err != nil {
+			return s.wrap("create run", err)
+		}
+		args, _ := json.Marshal(r.Args)
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO cp_run_specs (run_id, revision, args, exit_code, output_plan) VALUES (?, ?, ?, 0, '')`),
+			r.ID, r.Revision, string(args)); err != nil {
+			return s.wrap("create run", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Run{}, err
 	}
-	args, _ := json.Marshal(r.Args)
-	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO cp_run_specs (run_id, revision, args, exit_code, output_plan) VALUES (?, ?, ?, 0, '')`),
-		r.ID, r.Revision, string(args)); err != nil {
-		return Run{}, s.wrap("create run", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return Run{}, s.wrap("create run", err)
-	}
+	s.watch.notify(RunsTopic(project))
 	return r, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"zyvor.dev/sysbox/internal/backend/postgres"
@@ -41,6 +42,10 @@ type Store struct {
 	location string
 	// Now is the clock leases are measured with (tests move it).
 	Now func() time.Time
+
+	writes    writer // nil on PostgreSQL
+	watch     watch
+	lastPrune atomic.Int64 // when expired nonces were last deleted (unix ns)
 }
 
 // OpenSQLite opens (creating and migrating) the SQLite database at path.
@@ -65,6 +70,9 @@ func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
 // New migrates db and returns the store; the store owns db.
 func New(ctx context.Context, db *sql.DB, d sqlstore.Dialect, location string) (*Store, error) {
 	s := &Store{db: db, d: d, location: location, Now: time.Now}
+	if d.Kind == sqlite.Dialect.Kind {
+		s.writes = make(writer, 1)
+	}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -142,7 +150,7 @@ type Project struct {
 // CreateProject adds a project; its name must be new.
 func (s *Store) CreateProject(ctx context.Context, name string) (Project, error) {
 	p := Project{ID: newID("prj_"), Name: name, Created: timeOf(s.now())}
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cp_projects (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`),
+	res, err := s.exec(ctx, s.q(`INSERT INTO cp_projects (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`),
 		p.ID, p.Name, p.Created.UnixNano())
 	if err != nil {
 		return Project{}, s.wrap("create project "+name, err)
@@ -202,7 +210,7 @@ func (s *Store) CreateWorkspace(ctx context.Context, project, name string) (Work
 		return Workspace{}, err
 	}
 	w := Workspace{ID: newID("ws_"), Project: project, Name: name, Created: timeOf(s.now())}
-	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cp_workspaces (id, project_id, name, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (project_id, name) DO NOTHING`),
+	res, err := s.exec(ctx, s.q(`INSERT INTO cp_workspaces (id, project_id, name, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (project_id, name) DO NOTHING`),
 		w.ID, project, name, w.Created.UnixNano())
 	if err != nil {
 		return Workspace{}, s.wrap("create workspace "+name, err)

@@ -61,6 +61,11 @@ const JoinAgentID = "join"
 // MaxSkew is how far a timestamp may be from the receiver's clock, either way.
 const MaxSkew = 60 * time.Second
 
+// MaxWait bounds a long poll (a claim's or an event read's "wait"): well inside MaxSkew, so the
+// answer's signature is fresh, and short enough that a waiter re-reads the database often
+// when the write it waits for happened in another server process (the wake-up is in-process).
+const MaxWait = 30 * time.Second
+
 // Message is what a signature covers.
 type Message struct {
 	Domain    string

@@ -54,6 +54,9 @@ func Run(t *testing.T, h Harness) {
 		{"StickyRunReclaimedOnlyByItsAgent", testSticky},
 		{"CommandRunsPlanOutputAffinity", testCommandRuns},
 		{"ConcurrentClaimersOneWinner", testConcurrentClaim},
+		{"ClaimLooksPastRunsItCannotTake", testClaimPastUnclaimable},
+		{"RevokedAgentsStickyRunsFail", testRevokedStickyHolder},
+		{"ReadsCheckTheLease", testHeld},
 		{"ConcurrentAppendsDenseSequence", testConcurrentAppend},
 		{"TokensStoredHashedJoinOnce", testTokens},
 		{"AgentsRevokeAndNonces", testAgents},
@@ -380,6 +383,79 @@ func testConcurrentClaim(t *testing.T, e env) {
 	if len(won) != runs {
 		t.Fatalf("after the lapse got %d runs claimed, want %d", len(won), runs)
 	}
+}
+
+// A run an agent can take is claimed even behind more than a page of older runs it cannot
+// take (the claim once read only the 200 oldest).
+func testClaimPastUnclaimable(t *testing.T, e env) {
+	s := e.open(t)
+	f := newFixture(t, s, "red", "driver:kvm")
+	for range 201 {
+		ok(s.CreateRun(ctx, f.project.ID, f.plan.ID, "apply", false))(t)
+	}
+	e.clock.Advance(time.Second) // queued strictly after them (ids do not order runs of one instant)
+	plain := ok(s.PutPlan(ctx, f.project.ID, f.ws.ID, f.plan.Revision, []byte(`{"plan":"plain"}`), []string{"driver:netns"}))(t)
+	want := ok(s.CreateRun(ctx, f.project.ID, plain.ID, "apply", false))(t)
+	l := ok(s.ClaimRun(ctx, f.project.ID, "agt_ns", []string{"driver:netns"}, time.Minute))(t)
+	if l.Run.ID != want.ID {
+		t.Fatalf("netns agent behind 201 kvm runs: got run %s, want %s", l.Run.ID, want.ID)
+	}
+	_, err := s.ClaimRun(ctx, f.project.ID, "agt_ns", []string{"driver:netns"}, time.Minute)
+	wantErr(t, "nothing else the netns agent can take", err, store.ErrNoRun)
+}
+
+// A workspace whose state lives with a revoked agent can never run its sticky runs: they
+// fail with the reason, new ones are refused, and other runs are not held up.
+func testRevokedStickyHolder(t *testing.T, e env) {
+	s := e.open(t)
+	f := newFixture(t, s, "red")
+	a := ok(s.CreateAgent(ctx, f.project.ID, "host-a", []byte("0123456789abcdef0123456789abcdef"), nil))(t)
+	first := ok(s.CreateRun(ctx, f.project.ID, f.plan.ID, "apply", true))(t)
+	ok(s.ClaimRun(ctx, f.project.ID, a.ID, nil, time.Minute))(t) // a keeps the workspace's state now
+	queued := ok(s.CreateRun(ctx, f.project.ID, f.plan.ID, "apply", true))(t)
+	other := newFixture(t, s, "blue")
+	if err := s.RevokeAgent(ctx, f.project.ID, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{first.ID, queued.ID} {
+		r := ok(s.Run(ctx, f.project.ID, id))(t)
+		if r.Status != store.RunFailed || !strings.Contains(r.Result, a.ID) || !strings.Contains(r.Result, "revoked") {
+			t.Fatalf("run %s of the revoked agent's workspace: got %s %q, want failed naming the agent and the revocation", id, r.Status, r.Result)
+		}
+	}
+	_, err := s.CreateRun(ctx, f.project.ID, f.plan.ID, "apply", true)
+	wantErr(t, "a sticky run for the revoked agent's workspace", err, store.ErrHolderRevoked)
+	free := ok(s.CreateRun(ctx, f.project.ID, f.plan.ID, "apply", false))(t)
+	if l := ok(s.ClaimRun(ctx, f.project.ID, "agt_b", nil, time.Minute))(t); l.Run.ID != free.ID {
+		t.Fatalf("another agent: got run %s, want the non-sticky %s", l.Run.ID, free.ID)
+	}
+	// Another project's sticky workspace is untouched.
+	ok(s.CreateRun(ctx, other.project.ID, other.plan.ID, "apply", true))(t)
+	ok(s.ClaimRun(ctx, other.project.ID, "agt_c", nil, time.Minute))(t)
+}
+
+// What a run works on is read under the same rule as writes: the holder, at its epoch, with
+// a live lease.
+func testHeld(t *testing.T, e env) {
+	s := e.open(t)
+	f := newFixture(t, s, "red")
+	run := ok(s.CreateRun(ctx, f.project.ID, f.plan.ID, "apply", false))(t)
+	l := ok(s.ClaimRun(ctx, f.project.ID, "agt_a", nil, 10*time.Second))(t)
+	if r := ok(s.Held(ctx, f.project.ID, run.ID, "agt_a", l.Epoch))(t); r.ID != run.ID {
+		t.Fatalf("held: got run %s, want %s", r.ID, run.ID)
+	}
+	for what, err := range map[string]error{
+		"another agent":     func() error { _, err := s.Held(ctx, f.project.ID, run.ID, "agt_b", l.Epoch); return err }(),
+		"an earlier epoch":  func() error { _, err := s.Held(ctx, f.project.ID, run.ID, "agt_a", l.Epoch-1); return err }(),
+		"another project's": func() error { _, err := s.Held(ctx, "prj_other", run.ID, "agt_a", l.Epoch); return err }(),
+	} {
+		if err == nil {
+			t.Fatalf("%s: got the run, want a refusal", what)
+		}
+	}
+	e.clock.Advance(11 * time.Second)
+	_, err := s.Held(ctx, f.project.ID, run.ID, "agt_a", l.Epoch)
+	wantErr(t, "reading after the lease lapsed (nobody claimed it since)", err, store.ErrFenced)
 }
 
 func testConcurrentAppend(t *testing.T, e env) {
