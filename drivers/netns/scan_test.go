@@ -1,11 +1,11 @@
 package netns
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os/exec"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -161,15 +161,14 @@ func TestKernelTaskIteratorAgreesWithProc(t *testing.T) {
 		t.Errorf("/proc, namespace %d: got %v, want %v", sc.NsInode, got, want)
 	}
 	// A child of this test in the host's namespace is listed there by both.
+	runtime.LockOSThread() // the child is forked from this thread, in its namespace
+	defer runtime.UnlockOSThread()
+	host := threadNetns(t)
 	child := exec.Command("sleep", "600")
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	host, err := nsInode("/proc/self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if byTask, err = scanTasksNetns(it); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +187,6 @@ func TestKernelTaskIteratorAgreesWithProc(t *testing.T) {
 // each delete asks while a scan that started before it is in progress.
 func TestKernelDeleteNodeKillsProcessStartedJustBefore(t *testing.T) {
 	l := newLab(t)
-	ctx := context.Background()
 	var nodes []*testNode
 	for i := range 4 {
 		nodes = append(nodes, l.node(fmt.Sprintf("sysbox_node.n%d", i), []string{"sleep", "infinity"}))
@@ -209,7 +207,6 @@ func TestKernelDeleteNodeKillsProcessStartedJustBefore(t *testing.T) {
 			}
 		}()
 	}
-	var wg sync.WaitGroup
 	extras := make([]*exec.Cmd, len(nodes))
 	for i, n := range nodes {
 		extras[i] = exec.Command("sleep", "600")
@@ -219,15 +216,8 @@ func TestKernelDeleteNodeKillsProcessStartedJustBefore(t *testing.T) {
 		}
 		cmd := extras[i]
 		t.Cleanup(func() { _ = cmd.Process.Kill() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := l.d.DeleteNode(ctx, n.h, n.owner); err != nil {
-				t.Errorf("DeleteNode(%s): %v", n.owner.Address, err)
-			}
-		}()
 	}
-	wg.Wait()
+	l.deleteAll(nodes)
 	close(stop)
 	busy.Wait()
 	for i, cmd := range extras {
