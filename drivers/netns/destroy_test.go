@@ -2,12 +2,15 @@ package netns
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -16,10 +19,9 @@ import (
 // scan older than the call. A child started after one scan must be in the answer of every
 // concurrent caller that asked after it started.
 func TestPidsInNetnsSeesProcessesStartedBeforeTheCall(t *testing.T) {
-	ino, err := nsInode("/proc/self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
+	runtime.LockOSThread() // the child is forked from this thread, in its namespace
+	defer runtime.UnlockOSThread()
+	ino := threadNetns(t)
 	_ = pidsInNetns(ino) // a finished scan without the child
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
@@ -49,7 +51,6 @@ func TestPidsInNetnsSeesProcessesStartedBeforeTheCall(t *testing.T) {
 // nodes, and leaves a third node on the same bridge untouched.
 func TestKernelDeleteNodeRemovesHostEndsWithoutDetach(t *testing.T) {
 	l := newLab(t)
-	ctx := context.Background()
 	nh, no := l.network("sysbox_network.lan", "198.18.7.0/24")
 	att := func(ip string) substrate.AttachmentSpec {
 		return substrate.AttachmentSpec{Name: "lan", Network: nh, IPv4: []string{ip}}
@@ -77,17 +78,7 @@ func TestKernelDeleteNodeRemovesHostEndsWithoutDetach(t *testing.T) {
 	for _, n := range nodes {
 		pids = append(pids, mainPid(n))
 	}
-	var wg sync.WaitGroup
-	for _, n := range nodes[:2] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := l.d.DeleteNode(ctx, n.h, n.owner); err != nil {
-				t.Errorf("DeleteNode(%s): %v", n.owner.Address, err)
-			}
-		}()
-	}
-	wg.Wait()
+	l.deleteAll(nodes[:2])
 	for i, n := range nodes[:2] {
 		if _, err := netlink.LinkByName(hostEnd(n)); err == nil {
 			t.Errorf("%s: host end %s still exists after DeleteNode", n.owner.Address, hostEnd(n))
@@ -113,4 +104,32 @@ func TestKernelDeleteNodeRemovesHostEndsWithoutDetach(t *testing.T) {
 func alive(pid int) bool {
 	_, err := procStartTime(pid)
 	return err == nil
+}
+
+// deleteAll calls DeleteNode for all nodes at once and waits for every call.
+func (l *lab) deleteAll(nodes []*testNode) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.d.DeleteNode(context.Background(), n.h, n.owner); err != nil {
+				l.t.Errorf("DeleteNode(%s): %v", n.owner.Address, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// threadNetns is the network namespace of the calling thread (lock it first), which the
+// children it starts inherit. Not /proc/self/ns/net: the process's main thread may be parked
+// inside a node's namespace for good, by a goroutine that exited locked there (Driver.enter
+// with a hosts file), so it says nothing about other threads.
+func threadNetns(t *testing.T) uint64 {
+	t.Helper()
+	ino, err := nsInode(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ino
 }

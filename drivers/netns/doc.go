@@ -18,6 +18,13 @@
 //   - The main process is started detached (setsid, stdio to /run/sysbox/netns/NAME.log) inside
 //     the namespace; it is "alive" only if /proc/PID still has the recorded start time and its
 //     network namespace inode equals the node's. A dead or replaced process is Degraded.
+//   - Finding the processes inside a namespace (before deleting it) reads every process's
+//     network namespace: through a BPF task iterator when the kernel offers one, else /proc.
+//     A caller gets only a scan that started after it asked; a process is signalled only after
+//     its namespace is checked again through a pidfd.
+//   - A node with a hosts file runs its processes in a mount namespace copied from a template
+//     (the host's mounts as slaves, without the namespaces directory), never from the host's
+//     own: a copy of the host's would carry, and keep receiving, every node's namespace mount.
 //   - No shelling out: netlink for links and addresses, setns on a locked OS thread for
 //     starting processes inside a namespace.
 //   - Secrets: NodeSpec.Environment and ExecRequest.Env reach only the child's environment;

@@ -53,6 +53,15 @@ func TestKernelHostsResolveAliases(t *testing.T) {
 		}
 	}
 	a, b := nodes[0], nodes[1]
+	// a's main process started before b's namespace was mounted; as a slave copy of the
+	// namespaces directory its mount namespace would have received that mount (and one per
+	// later node: O(N) kernel work per node create and delete).
+	if got := mountsUnder(t, observePid(t, l, a), l.d.NetnsDir); len(got) != 0 {
+		t.Errorf("mount namespace of a's main process holds %v under %s, want none", got, l.d.NetnsDir)
+	}
+	if !isNetnsMount(l.d.nsPath(b.h.ExternalID)) {
+		t.Fatalf("b's namespace is not mounted on the host at %s", l.d.nsPath(b.h.ExternalID))
+	}
 	for _, c := range []struct {
 		from *testNode
 		to   string
@@ -115,4 +124,20 @@ func TestKernelHostsResolveAliases(t *testing.T) {
 	if objs := l.residue(); len(objs) > 0 {
 		t.Errorf("residue after destroy: %+v", objs)
 	}
+}
+
+// mountsUnder lists the mount points below dir in the mount namespace of process pid.
+func mountsUnder(t *testing.T, pid, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -90,35 +92,40 @@ func processAlive(pid int, start, ino uint64) bool {
 	return err == nil && got == ino
 }
 
-// pidsInNetns lists processes whose network namespace has inode ino, as seen by a scan of
-// /proc that started after the call.
+// pidsInNetns lists processes whose network namespace has inode ino, as seen by a scan that
+// started after the call.
 func pidsInNetns(ino uint64) []int { return procs.pidsIn(ino) }
 
-// procs shares scans of /proc between concurrent callers: one scan records the network
-// namespace of every process, and serves every caller that was waiting when it started. Each
-// scan costs one stat per process on the host, and apply and destroy of N nodes need a few per
-// node; scanning once per caller made both O(N²) (the largest cost of destroy at 1,000 nodes).
-var procs = newProcScanner()
+// procs shares scans between concurrent callers: one scan records the network namespace of
+// every process, and serves every caller that was waiting when it started. Each scan reads
+// every process on the host, and destroy of N nodes needs about one per node; scanning once
+// per caller made it O(N²) (the largest cost of destroy at 1,000 nodes).
+var procs = newProcScanner(scanNetns)
 
 type procScanner struct {
+	scan    func() map[uint64][]int
 	mu      sync.Mutex
 	cond    *sync.Cond
+	asked   uint64           // calls so far (for tests: how many callers have asked)
 	started uint64           // scans started so far
 	done    uint64           // number of the latest finished scan
 	byIno   map[uint64][]int // its result: pids by network-namespace inode
 }
 
-func newProcScanner() *procScanner {
-	s := &procScanner{}
+func newProcScanner(scan func() map[uint64][]int) *procScanner {
+	s := &procScanner{scan: scan}
 	s.cond = sync.NewCond(&s.mu)
 	return s
 }
 
 // pidsIn waits for a scan that started after the call (never an older one: a process started
-// before the call must be seen) and returns the pids it found in namespace ino.
+// before the call must be seen) and returns the pids it found in namespace ino. A scan running
+// when the call comes may have started before it, so the caller waits for the next one, which
+// serves every caller waiting when it starts.
 func (s *procScanner) pidsIn(ino uint64) []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.asked++
 	need := s.started + 1
 	for s.done < need {
 		if s.started > s.done { // a scan is running; it may have started before this call
@@ -128,7 +135,7 @@ func (s *procScanner) pidsIn(ino uint64) []int {
 		s.started++
 		n := s.started
 		s.mu.Unlock()
-		m := scanProcNetns()
+		m := s.scan()
 		s.mu.Lock()
 		s.byIno, s.done = m, n
 		s.cond.Broadcast()
@@ -164,7 +171,8 @@ func killAndWait(pid int, start, ino uint64, wait time.Duration) {
 }
 
 // killNetnsProcesses SIGKILLs every process in the namespace and waits (bounded) until none
-// is left.
+// is left. A scan only names candidates: each is signalled only after its namespace is checked
+// again through a pidfd (killInNetns), so a pid that was reused since the scan is left alone.
 func killNetnsProcesses(ino uint64, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
@@ -173,13 +181,28 @@ func killNetnsProcesses(ino uint64, wait time.Duration) error {
 			return nil
 		}
 		for _, p := range pids {
-			_ = syscall.Kill(p, syscall.SIGKILL)
+			killInNetns(p, ino)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("processes %v still in the namespace after SIGKILL", pids)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// killInNetns SIGKILLs pid only if it lives in the namespace with inode ino. The pidfd pins
+// the process the check looks at: if pid is reused after the pidfd is opened, the signal goes
+// to the exited process (ESRCH), never to the newcomer.
+func killInNetns(pid int, ino uint64) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // gone (or no pidfd support: then nothing is signalled, and the caller's next scan sees it still there)
+	}
+	defer unix.Close(fd)
+	if got, err := nsInode("/proc/" + strconv.Itoa(pid) + "/ns/net"); err != nil || got != ino {
+		return
+	}
+	_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 }
 
 // ownerFromSidecar decodes the marker a sidecar recorded.

@@ -114,7 +114,7 @@ func (d *Driver) enter(name string, fn func() error) error {
 			}
 		}
 		if ferr == nil && withHosts {
-			if ferr = mountHosts(hosts); ferr == nil {
+			if ferr = mountHosts(hosts, d.NetnsDir); ferr == nil {
 				ferr = fn()
 			}
 			// The thread now has its own mount namespace: leave it locked so that it exits
