@@ -181,6 +181,8 @@ func scrub(t drivertest.T, d *Driver, topo string) {
 				_ = killVMM(context.Background(), r.Name, r)
 			}
 			os.RemoveAll(d.nodeDir(o.ExternalID))
+		case kindChroot:
+			os.RemoveAll(o.ExternalID)
 		case "tap":
 			if l, err := netlink.LinkByName(o.ExternalID); err == nil {
 				_ = netlink.LinkDel(l)
