@@ -186,7 +186,7 @@ func (d *Driver) restore(ctx context.Context, c *Client, r *nodeRecord) error {
 	uds := filepath.Join(d.filesDir(*r), vsockFile)
 	_ = os.Remove(uds)
 	err := c.LoadSnapshot(ctx, SnapshotLoad{SnapshotPath: d.vmmPath(*r, filepath.Join(dir, snapVMFile)),
-		MemFilePath: d.vmmPath(*r, filepath.Join(dir, snapMemFile)),
+		MemFilePath:      d.vmmPath(*r, filepath.Join(dir, snapMemFile)),
 		NetworkOverrides: ov, VsockOverride: &VsockOverride{UDSPath: d.vmmPath(*r, uds)}})
 	if err != nil {
 		return err
