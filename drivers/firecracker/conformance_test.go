@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -189,4 +190,21 @@ func scrub(t drivertest.T, d *Driver, topo string) {
 			}
 		}
 	}
+}
+
+// TestConformanceJailed runs the suite once more with every VMM under the jailer stand-in.
+func TestConformanceJailed(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := stateDir(t)
+	t.Cleanup(func() {
+		if err := waitNoProcessesUnder(base); err != nil {
+			t.Error(err)
+		}
+	})
+	d := New(Options{StateDir: stateDir(t)})
+	if err := d.Configure(map[string]string{"binary": simBinary, "jailer": jailerBinary,
+		"uid": strconv.Itoa(testUID), "gid": strconv.Itoa(testGID), "chroot_base": base}); err != nil {
+		t.Fatal(err)
+	}
+	drivertest.Run(t, harness(t, d))
 }

@@ -135,7 +135,7 @@ func processesUnder(dir string) []string {
 		}
 		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		root, _ := os.Readlink("/proc/" + e.Name() + "/root")
-		if strings.Contains(string(cmd), dir) || strings.HasPrefix(root, dir) {
+		if strings.Contains(string(cmd), dir+"/") || strings.HasPrefix(root, dir+"/") {
 			out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
 		}
 	}
@@ -144,16 +144,15 @@ func processesUnder(dir string) []string {
 
 // waitNoProcessesUnder waits (a generous bound, not a speed target) until no process names
 // dir: the guest helper ends when it sees its VMM's end close, just after the VMM is killed.
-func waitNoProcessesUnder(t *testing.T, dir string) {
-	t.Helper()
+func waitNoProcessesUnder(dir string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		left := processesUnder(dir)
 		if len(left) == 0 {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("processes left under %s: %v", dir, left)
+			return fmt.Errorf("processes left under %s: %v", dir, left)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -164,11 +163,17 @@ func waitNoProcessesUnder(t *testing.T, dir string) {
 // guest answers exec, a reset restores the snapshot into a new jail, and delete leaves no jail,
 // process or TAP. A jail directory sysbox did not make is refused and left alone.
 func TestJailedNode(t *testing.T) {
-	e := newKernelEnv(t)
 	base := stateDir(t)
+	// Registered before newKernelEnv's scrub, so it runs after it: whatever happened, no
+	// process of the test's jails outlives it.
+	t.Cleanup(func() {
+		if err := waitNoProcessesUnder(base); err != nil {
+			t.Error(err)
+		}
+	})
+	e := newKernelEnv(t)
 	must(t, e.d.Configure(map[string]string{"binary": simBinary, "jailer": jailerBinary,
 		"uid": strconv.Itoa(testUID), "gid": strconv.Itoa(testGID), "chroot_base": base}))
-	t.Cleanup(func() { waitNoProcessesUnder(t, base) })
 	ctx := context.Background()
 	o1 := e.owner("vm")
 	h1 := e.startedNode(t, o1, nil, substrate.Owner{}, "198.18.9.10")
@@ -229,7 +234,7 @@ func TestJailedNode(t *testing.T) {
 		t.Fatalf("generation 1's jail after delete: %v; want it gone", err)
 	}
 	must(t, e.d.DeleteNode(ctx, h2, o2))
-	waitNoProcessesUnder(t, base)
+	must(t, waitNoProcessesUnder(base))
 	for _, r := range []nodeRecord{r1, r2} {
 		if _, err := os.Stat(r.Jail.dir(r.Name)); !os.IsNotExist(err) {
 			t.Errorf("jail %s after delete: %v; want it gone", r.Jail.dir(r.Name), err)

@@ -80,7 +80,8 @@ func runHelper(conn *os.File, dir string, uid, gid int) error {
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(64*4))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(int(conn.Fd()), buf, oob, 0)
+		// CLOEXEC: the guest agent started next must not inherit the host TAPs.
+		n, oobn, _, _, err := unix.Recvmsg(int(conn.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue

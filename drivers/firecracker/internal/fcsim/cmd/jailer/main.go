@@ -223,6 +223,7 @@ func run(argv []string) error {
 	vmmArgv := append([]string{"./" + name, "--id=" + a.id, "--start-time-us=" + us, "--start-time-cpu-us=0"}, a.extra...)
 	vmmArgv = append(vmmArgv, extra...)
 	err = syscall.Exec("/"+name, vmmArgv, []string{})
+	runtime.KeepAlive(keep) // no finalizer may close a handed-on descriptor before the exec
 	return fmt.Errorf("exec /%s in %s: %w", name, root, err)
 }
 
