@@ -194,6 +194,11 @@ func TestJailedNode(t *testing.T) {
 	if fi, err := os.Stat(r1.Rootfs); err != nil || !ownedBy(fi, testUID, testGID) {
 		t.Fatalf("rootfs copy %s: %v; want it owned by %d:%d", r1.Rootfs, err, testUID, testGID)
 	}
+	link, err := netlink.LinkByName(r1.NICs["eth0"].TAP)
+	must(t, err)
+	if tap, ok := link.(*netlink.Tuntap); !ok || tap.Owner != testUID || tap.Group != testGID {
+		t.Fatalf("TAP %s: %+v; want a tap owned by %d:%d", r1.NICs["eth0"].TAP, link, testUID, testGID)
+	}
 	// Every path the VMM was given is its path inside the chroot.
 	paths := map[string]string{}
 	for _, r := range e.requests(t) {
