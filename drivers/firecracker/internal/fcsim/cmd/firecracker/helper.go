@@ -74,6 +74,7 @@ func (h *guestHelper) call(m helperMsg, files []*os.File) error {
 func runHelper(conn *os.File, dir string, uid, gid int) error {
 	// The agent's sockets must accept the VMM's uid; dir (0700, owned by it) guards them.
 	syscall.Umask(0)
+	unix.CloseOnExec(int(conn.Fd())) // the guest agent has no business with it
 	dev := newDevices("guest-helper", "")
 	dev.guestDir = dir
 	defer dev.close()
