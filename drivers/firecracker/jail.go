@@ -184,6 +184,11 @@ func (d *Driver) prepareJail(r nodeRecord) error {
 // createMarkedDir makes dir holding the owner file, built under a temporary name and renamed
 // into place, so dir never exists without its marker.
 func createMarkedDir(dir, marker string) error {
+	// Temporary directories of this jail left by a killed run hold nothing but the owner file.
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), ".tmp-"+filepath.Base(dir)+"-*"))
+	for _, p := range stale {
+		_ = os.RemoveAll(p)
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".tmp-"+filepath.Base(dir)+"-")
 	if err != nil {
 		return err
