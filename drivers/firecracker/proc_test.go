@@ -45,3 +45,27 @@ func TestKillStrays(t *testing.T) {
 		t.Fatalf("serving(%s) after killStrays = %v", sock, got)
 	}
 }
+
+// A jailer that has not exec'd its VMM yet (a run killed right after starting it) serves the
+// node's chroot socket by its --id and --chroot-base-dir; one of another id or base does not.
+func TestServingJailerPhase(t *testing.T) {
+	base := t.TempDir()
+	sock := filepath.Join(base, "firecracker", "fc-a-g1", "root", apiSock)
+	start := func(id, b string) int {
+		c := exec.Command("sh", "-c", "while :; do sleep 1; done", "jailer", "--id", id, "--exec-file", "/x/firecracker",
+			"--uid", "1", "--gid", "1", "--chroot-base-dir", b, "--", "--api-sock", "/"+apiSock)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = c.Wait(); close(done) }()
+		t.Cleanup(func() { _ = c.Process.Kill(); <-done })
+		return c.Process.Pid
+	}
+	ours := start("fc-a-g1", base)
+	start("fc-a-g2", base)
+	start("fc-a-g1", base+"x")
+	if got := serving(sock); len(got) != 1 || got[0] != ours {
+		t.Fatalf("serving(%s) = %v, want only the jailer of that id and base (pid %d)", sock, got, ours)
+	}
+}
