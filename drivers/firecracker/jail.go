@@ -193,7 +193,8 @@ func createMarkedDir(dir, marker string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, 0o755); err == nil {
+	err = os.Chmod(tmp, 0o755)
+	if err == nil {
 		err = durable.WriteFile(filepath.Join(tmp, jailOwnerFile), []byte(marker+"\n"), 0o644)
 	}
 	if err == nil {

@@ -41,10 +41,9 @@ func init() {
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "jailer (fcsim):", err)
-		os.Exit(1)
-	}
+	err := run(os.Args[1:]) // returns only when it did not exec the VMM
+	fmt.Fprintln(os.Stderr, "jailer (fcsim):", err)
+	os.Exit(1)
 }
 
 type args struct {
