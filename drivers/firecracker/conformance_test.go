@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"syscall"
 	"testing"
@@ -168,13 +169,15 @@ func foreignVMM(t drivertest.T, dir string) func() bool {
 }
 
 // scrub removes everything of topo the driver's audit lists: VMM processes (recorded ones
-// only), node directories and TAPs.
+// only), node directories, jail directories and TAPs.
 func scrub(t drivertest.T, d *Driver, topo string) {
 	objs, err := d.Residue(context.Background(), topo)
 	if err != nil {
 		t.Errorf("scrub %s: %v", topo, err)
 		return
 	}
+	// VMMs first: a jail directory goes after its VMM.
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].Kind == "firecracker-vm" && objs[j].Kind != "firecracker-vm" })
 	for _, o := range objs {
 		switch o.Kind {
 		case "firecracker-vm":

@@ -141,7 +141,8 @@ func serves(pid int, sock string) bool {
 	if filepath.Base(root) != jailRootDir || !bytes.Contains(cmdline, []byte("\x00--api-sock\x00/"+filepath.Base(sock)+"\x00")) {
 		return false
 	}
-	if r, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/root"); err == nil && r == root {
+	// A chroot removed under its running VMM reads "… (deleted)": still that VMM.
+	if r, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/root"); err == nil && (r == root || r == root+" (deleted)") {
 		return true
 	}
 	jailDir := filepath.Dir(root) // BASE/<exec>/NAME
