@@ -57,22 +57,11 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 		if err := os.MkdirAll(d.stateDir, 0o755); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: state directory: %v: %w", what, err, driver.ErrUnavailable)
 		}
-		jail, err := d.newJail()
-		if err != nil {
-			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
-		}
-		r = nodeRecord{Name: name, Marker: o.Marker(), Generation: o.Generation, Jail: jail,
+		r = nodeRecord{Name: name, Marker: o.Marker(), Generation: o.Generation,
 			Kernel: kernel, BootArgs: defaultBootArgs,
 			Baseline: rootfs, BaselineDigest: spec.Artifact.Digest, VCPUs: m.VCPUCount, MemMiB: m.MemSizeMiB}
-		r.Socket, r.Rootfs = filepath.Join(d.filesDir(r), apiSock), filepath.Join(d.filesDir(r), rootfsFile)
-		if err := d.createDir(r); err != nil {
+		if err := d.createLayout(&r); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
-		}
-		if r.Jail != nil {
-			// After the node directory: a jail directory always has a record naming it.
-			if err := d.prepareJail(r); err != nil {
-				return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
-			}
 		}
 		if prior != nil && d.snapshots {
 			d.adoptSnapshot(*prior, &r)
@@ -111,6 +100,25 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return nodeHandle(r, dir), nil
+}
+
+// createLayout gives the new record r its file layout (jailed or not) and makes its node
+// directory with the record inside, then its jail directory: after the node directory, so a
+// jail directory always has a record naming it.
+func (d *Driver) createLayout(r *nodeRecord) error {
+	jail, err := d.newJail()
+	if err != nil {
+		return err
+	}
+	r.Jail = jail
+	r.Socket, r.Rootfs = filepath.Join(d.filesDir(*r), apiSock), filepath.Join(d.filesDir(*r), rootfsFile)
+	if err := d.createDir(*r); err != nil {
+		return err
+	}
+	if r.Jail == nil {
+		return nil
+	}
+	return d.prepareJail(*r)
 }
 
 // createDir makes r's node directory with its record already inside: it is built under a

@@ -149,13 +149,34 @@ func run(argv []string) error {
 	if err := copyFile(a.exec, filepath.Join(root, name)); err != nil {
 		return err
 	}
-	var extra []string
-	var keep []*os.File // handed on: stay open until the exec
+	extra, keep, err := handOn(a, root)
+	if err != nil {
+		return err
+	}
+	if err := enterJail(a, root); err != nil {
+		return err
+	}
+	for _, f := range keep {
+		if _, _, errno := unix.Syscall(unix.SYS_FCNTL, f.Fd(), unix.F_SETFD, 0); errno != 0 {
+			return fmt.Errorf("hand on descriptor %d: %w", f.Fd(), errno)
+		}
+	}
+	us := strconv.FormatInt(start.UnixMicro(), 10)
+	vmmArgv := append([]string{"./" + name, "--id=" + a.id, "--start-time-us=" + us, "--start-time-cpu-us=0"}, a.extra...)
+	vmmArgv = append(vmmArgv, extra...)
+	err = syscall.Exec("/"+name, vmmArgv, []string{})
+	runtime.KeepAlive(keep) // no finalizer may close a handed-on descriptor before the exec
+	return fmt.Errorf("exec /%s in %s: %w", name, root, err)
+}
+
+// handOn opens what the stand-in hands the VMM (request log, snapshot ledger, guest helper
+// connection) and returns the VMM's extra arguments naming them, and the files to keep open.
+func handOn(a args, root string) (extra []string, keep []*os.File, err error) {
 	for _, p := range []struct{ env, flag string }{{"FCSIM_REQUEST_LOG", "--fcsim-request-log-fd"}, {"FCSIM_SNAPSHOT_LEDGER", "--fcsim-ledger-fd"}} {
 		if v := os.Getenv(p.env); v != "" {
 			f, err := os.OpenFile(v, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
 			if err != nil {
-				return fmt.Errorf("%s: %w", p.env, err)
+				return nil, nil, fmt.Errorf("%s: %w", p.env, err)
 			}
 			keep = append(keep, f)
 			extra = append(extra, p.flag, strconv.Itoa(int(f.Fd())))
@@ -163,12 +184,16 @@ func run(argv []string) error {
 	}
 	helper, err := startHelper(a, filepath.Join(root, "guest"))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if helper != nil {
-		keep = append(keep, helper)
-		extra = append(extra, "--fcsim-guest-helper-fd", strconv.Itoa(int(helper.Fd())))
-	}
+	keep = append(keep, helper)
+	extra = append(extra, "--fcsim-guest-helper-fd", strconv.Itoa(int(helper.Fd())))
+	return extra, keep, nil
+}
+
+// enterJail joins the network namespace, chroots, makes the device nodes, chowns the chroot
+// and drops privileges, as the jailer documents.
+func enterJail(a args, root string) error {
 	if a.netns != "" {
 		f, err := os.Open(a.netns)
 		if err != nil {
@@ -213,21 +238,11 @@ func run(argv []string) error {
 	if err := syscall.Setuid(a.uid); err != nil {
 		return fmt.Errorf("setuid %d: %w", a.uid, err)
 	}
-	for _, f := range keep {
-		if _, _, errno := unix.Syscall(unix.SYS_FCNTL, f.Fd(), unix.F_SETFD, 0); errno != 0 {
-			return fmt.Errorf("hand on descriptor %d: %w", f.Fd(), errno)
-		}
-	}
-	us := strconv.FormatInt(start.UnixMicro(), 10)
-	vmmArgv := append([]string{"./" + name, "--id=" + a.id, "--start-time-us=" + us, "--start-time-cpu-us=0"}, a.extra...)
-	vmmArgv = append(vmmArgv, extra...)
-	err = syscall.Exec("/"+name, vmmArgv, []string{})
-	runtime.KeepAlive(keep) // no finalizer may close a handed-on descriptor before the exec
-	return fmt.Errorf("exec /%s in %s: %w", name, root, err)
+	return nil
 }
 
 // startHelper starts the guest helper (see the firecracker stand-in's helper.go) outside the
-// jail and returns the VMM's end of its connection; nil when the exec file cannot run one.
+// jail and returns the VMM's end of its connection.
 func startHelper(a args, guestDir string) (*os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
