@@ -3,7 +3,6 @@ package firecracker
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -269,29 +268,8 @@ func placeKernel(src, dst string, own fileOwner) error {
 			return nil
 		}
 	}
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("kernel %s: %w", src, err)
-	}
-	defer in.Close()
-	tmp := dst + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o400)
-	if err != nil {
-		return fmt.Errorf("kernel copy %s: %w", tmp, err)
-	}
-	defer os.Remove(tmp)
-	defer out.Close()
-	if _, err := io.Copy(out, in); err != nil {
-		return fmt.Errorf("kernel copy %s: %w", tmp, err)
-	}
-	if err := out.Sync(); err != nil {
-		return fmt.Errorf("kernel copy %s: %w", tmp, err)
-	}
-	if err := own.chown(tmp); err != nil {
-		return fmt.Errorf("kernel copy: %w", err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		return fmt.Errorf("kernel copy %s: %w", dst, err)
+	if err := copyRootfs(src, dst, "", own); err != nil {
+		return fmt.Errorf("kernel: %w", err)
 	}
 	return nil
 }

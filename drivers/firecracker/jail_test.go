@@ -281,3 +281,27 @@ func ownedBy(fi os.FileInfo, uid, gid int) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && int(st.Uid) == uid && int(st.Gid) == gid
 }
+
+// The kernel goes into the chroot as a hard link when world-readable, else as a copy (a link
+// would share, and a chown change, the artifact itself).
+func TestPlaceKernel(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		mode os.FileMode
+		link bool
+	}{{0o644, true}, {0o600, false}} {
+		src, dst := filepath.Join(dir, "vmlinux-"+tc.mode.String()), filepath.Join(dir, "root-"+tc.mode.String())
+		must(t, os.WriteFile(src, []byte("\x7fELF kernel"), tc.mode))
+		must(t, os.Chmod(src, tc.mode))
+		must(t, placeKernel(src, dst, fileOwner{}))
+		must(t, placeKernel(src, dst, fileOwner{})) // again, as every spawn does
+		sfi, err := os.Stat(src)
+		must(t, err)
+		dfi, err := os.Stat(dst)
+		must(t, err)
+		b, err := os.ReadFile(dst)
+		if err != nil || string(b) != "\x7fELF kernel" || os.SameFile(sfi, dfi) != tc.link {
+			t.Errorf("mode %v: %q, %v, same file %v; want the kernel, linked %v", tc.mode, b, err, os.SameFile(sfi, dfi), tc.link)
+		}
+	}
+}
