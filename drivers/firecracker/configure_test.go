@@ -35,7 +35,7 @@ func TestConfigure(t *testing.T) {
 		settings map[string]string
 		want     string
 	}{
-		{map[string]string{"bin": simBinary}, `substrate driver "firecracker": unknown setting "bin" (known: binary)`},
+		{map[string]string{"bin": simBinary}, `substrate driver "firecracker": unknown setting "bin" (known: binary, chroot_base, gid, jailer, uid)`},
 		{map[string]string{"binary": "/nonexistent/firecracker"}, `setting "binary": exec: "/nonexistent/firecracker"`},
 		{map[string]string{"binary": notExec}, "permission denied"},
 		{map[string]string{"binary": "bin/firecracker"}, `"bin/firecracker": want an absolute path or a name looked up on PATH`},

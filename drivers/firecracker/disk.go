@@ -19,7 +19,8 @@ var zeroBlock = make([]byte, copyBlock)
 // copyRootfs makes dst a private, sparse copy of the immutable baseline src (opened read-only,
 // never written) and checks the bytes it copied against want ("sha256:…", "" for no check), so
 // a baseline changed since it was resolved is refused (driver.ErrDigestMismatch), not booted.
-func copyRootfs(src, dst, want string) error {
+// The copy is owned by own before it gets its name (a jailed VMM opens it as that uid).
+func copyRootfs(src, dst, want string, own fileOwner) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("rootfs %s: %w", src, err)
@@ -68,6 +69,9 @@ func copyRootfs(src, dst, want string) error {
 	}
 	if err := out.Close(); err != nil {
 		return fmt.Errorf("rootfs copy %s: %w", tmp, err)
+	}
+	if err := own.chown(tmp); err != nil {
+		return fmt.Errorf("rootfs copy: %w", err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("rootfs copy %s: %w", dst, err)

@@ -51,6 +51,7 @@ type Options struct {
 // Driver implements the firecracker driver's capabilities. It is safe for concurrent use.
 type Driver struct {
 	binary       string
+	jail         *jailConfig // nil: VMMs run unjailed
 	stateDir     string
 	readyTimeout time.Duration
 	snapshots    bool
@@ -134,6 +135,8 @@ type nodeRecord struct {
 	Restore *snapshotMeta `json:"restore,omitempty"`
 	// Network is the guest network configuration the agent applies after every boot.
 	Network *guestagent.NetworkConfig `json:"network,omitempty"`
+	// Jail is the node's jailed layout (see jail.go); nil when its VMM runs unjailed.
+	Jail *jailRecord `json:"jail,omitempty"`
 	// PendingTAPs are TAPs about to be created (an intent): a link of that name without a
 	// marker is this node's only when its name is listed here.
 	PendingTAPs []string `json:"pending_taps,omitempty"`

@@ -116,7 +116,7 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 			return substrate.AttachmentState{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	if err := ensureTAP(n.TAP, bridge, spec.MTU, o); err != nil {
+	if err := ensureTAP(n.TAP, bridge, spec.MTU, o, r.owner()); err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if r.NICs == nil {
@@ -262,8 +262,9 @@ func checkTAP(link netlink.Link, o substrate.Owner) error {
 // ensureTAP creates name as a persistent TAP (no packet info, vnet header: what Firecracker
 // opens) or adopts it when it carries o's marker, or is unmarked and recorded as pending (the
 // intent written before creation); then marks it, enslaves it to bridge and sets it up. Any
-// other link of that name is refused and left alone.
-func ensureTAP(name, bridge string, mtu int, o substrate.Owner) error {
+// other link of that name is refused and left alone. A jailed node's TAP belongs to its VMM's
+// uid:gid (own), the only unprivileged user that may attach to it; otherwise to root.
+func ensureTAP(name, bridge string, mtu int, o substrate.Owner, own fileOwner) error {
 	br, err := netlink.LinkByName(bridge)
 	if err != nil {
 		return fmt.Errorf("bridge %s: %w", bridge, err)
@@ -278,6 +279,9 @@ func ensureTAP(name, bridge string, mtu int, o substrate.Owner) error {
 		la.Name = name
 		t := &netlink.Tuntap{LinkAttrs: la, Mode: netlink.TUNTAP_MODE_TAP,
 			Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR | netlink.TUNTAP_ONE_QUEUE | unix.IFF_TUN_EXCL}
+		if own.set {
+			t.Owner, t.Group = uint32(own.uid), uint32(own.gid)
+		}
 		if err := netlink.LinkAdd(t); err != nil {
 			return fmt.Errorf("tap %s: create: %w", name, err)
 		}

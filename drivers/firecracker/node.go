@@ -57,10 +57,10 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 		if err := os.MkdirAll(d.stateDir, 0o755); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: state directory: %v: %w", what, err, driver.ErrUnavailable)
 		}
-		r = nodeRecord{Name: name, Marker: o.Marker(), Socket: filepath.Join(dir, apiSock), Generation: o.Generation,
-			Kernel: kernel, BootArgs: defaultBootArgs, Rootfs: filepath.Join(dir, rootfsFile),
+		r = nodeRecord{Name: name, Marker: o.Marker(), Generation: o.Generation,
+			Kernel: kernel, BootArgs: defaultBootArgs,
 			Baseline: rootfs, BaselineDigest: spec.Artifact.Digest, VCPUs: m.VCPUCount, MemMiB: m.MemSizeMiB}
-		if err := d.createDir(r); err != nil {
+		if err := d.createLayout(&r); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 		}
 		if prior != nil && d.snapshots {
@@ -77,6 +77,12 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 			return substrate.Handle{}, err
 		}
 	}
+	if r.Jail != nil {
+		// Again on a retried create: nothing is written into a jail not proven ours.
+		if err := d.prepareJail(r); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
 	if r.Restore != nil {
 		// A snapshot restores into a fresh process that got no pre-boot configuration.
 		d.restoreDisk(r)
@@ -86,7 +92,7 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 		return nodeHandle(r, dir), nil
 	}
 	if _, err := os.Stat(r.Rootfs); errors.Is(err, os.ErrNotExist) {
-		if err := copyRootfs(rootfs, r.Rootfs, spec.Artifact.Digest); err != nil {
+		if err := copyRootfs(rootfs, r.Rootfs, spec.Artifact.Digest, r.owner()); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -94,6 +100,25 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return nodeHandle(r, dir), nil
+}
+
+// createLayout gives the new record r its file layout (jailed or not) and makes its node
+// directory with the record inside, then its jail directory: after the node directory, so a
+// jail directory always has a record naming it.
+func (d *Driver) createLayout(r *nodeRecord) error {
+	jail, err := d.newJail()
+	if err != nil {
+		return err
+	}
+	r.Jail = jail
+	r.Socket, r.Rootfs = filepath.Join(d.filesDir(*r), apiSock), filepath.Join(d.filesDir(*r), rootfsFile)
+	if err := d.createDir(*r); err != nil {
+		return err
+	}
+	if r.Jail == nil {
+		return nil
+	}
+	return d.prepareJail(*r)
 }
 
 // createDir makes r's node directory with its record already inside: it is built under a
@@ -146,6 +171,10 @@ func (d *Driver) configure(ctx context.Context, r *nodeRecord) error {
 	if err := d.spawnRecorded(ctx, r); err != nil {
 		return err
 	}
+	kernel := r.Kernel
+	if r.Jail != nil {
+		kernel = "/" + kernelFile // placed by prepareJail
+	}
 	c, err := NewClient(r.Socket)
 	if err != nil {
 		return err
@@ -154,10 +183,10 @@ func (d *Driver) configure(ctx context.Context, r *nodeRecord) error {
 	steps := []func() error{
 		func() error { return c.PutMachineConfig(ctx, MachineConfig{VCPUCount: r.VCPUs, MemSizeMiB: r.MemMiB}) },
 		func() error {
-			return c.PutBootSource(ctx, BootSource{KernelImagePath: r.Kernel, BootArgs: r.BootArgs})
+			return c.PutBootSource(ctx, BootSource{KernelImagePath: kernel, BootArgs: r.BootArgs})
 		},
 		func() error {
-			return c.PutDrive(ctx, Drive{DriveID: rootDriveID, PathOnHost: r.Rootfs, IsRootDevice: true})
+			return c.PutDrive(ctx, Drive{DriveID: rootDriveID, PathOnHost: d.vmmPath(*r, r.Rootfs), IsRootDevice: true})
 		},
 	}
 	for _, n := range sortedNICs(r.NICs) {
@@ -175,7 +204,14 @@ func (d *Driver) configure(ctx context.Context, r *nodeRecord) error {
 
 // spawnRecorded starts a fresh VMM process for r and records its identity.
 func (d *Driver) spawnRecorded(ctx context.Context, r *nodeRecord) error {
-	pid, start, err := d.spawn(ctx, d.nodeDir(r.Name), r.Name)
+	if r.Jail != nil {
+		// Again on every spawn: a jail left without its kernel or link (e.g. a host reboot
+		// cleared a tmpfs chroot base) is rebuilt.
+		if err := d.prepareJail(*r); err != nil {
+			return err
+		}
+	}
+	pid, start, err := d.spawn(ctx, *r)
 	if err != nil {
 		return err
 	}
@@ -271,9 +307,9 @@ func (d *Driver) boot(ctx context.Context, h substrate.Handle, o substrate.Owner
 		}
 		defer c.Close()
 	}
-	uds := filepath.Join(d.nodeDir(r.Name), vsockFile)
+	uds := filepath.Join(d.filesDir(r), vsockFile)
 	_ = os.Remove(uds) // a stale socket of an earlier process of this node
-	if err := c.PutVsock(ctx, Vsock{GuestCID: guestCID, UDSPath: uds}); err != nil {
+	if err := c.PutVsock(ctx, Vsock{GuestCID: guestCID, UDSPath: d.vmmPath(r, uds)}); err != nil {
 		return r, false, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := c.InstanceStart(ctx); err != nil {
@@ -352,6 +388,10 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, o substrate
 		if err := deleteTAP(tap, o, r.pending(tap)); err != nil {
 			return fmt.Errorf("firecracker node %s: %w", r.Name, err)
 		}
+	}
+	// Before the node directory, so a crash in between leaves the record naming the jail.
+	if err := removeJail(r); err != nil {
+		return fmt.Errorf("firecracker node %s: %w", r.Name, err)
 	}
 	if err := os.RemoveAll(d.nodeDir(r.Name)); err != nil {
 		return fmt.Errorf("firecracker node %s: %w", r.Name, err)

@@ -16,14 +16,21 @@ import (
 	"zyvor.dev/sysbox/internal/driver"
 )
 
-// spawn starts `firecracker --api-sock SOCK --id NAME` detached (own session, output to the
-// node's log) and waits until its API answers GET / as a fresh instance of that id.
-func (d *Driver) spawn(ctx context.Context, dir, name string) (pid int, start uint64, err error) {
-	bin, err := exec.LookPath(d.binary)
-	if err != nil {
-		return 0, 0, fmt.Errorf("firecracker node %s: binary %q: %w", name, d.binary, err)
+// spawn starts `firecracker --api-sock SOCK --id NAME` (under the jailer when r is jailed, see
+// jail.go) detached (own session, output to the node's log) and waits until its API answers
+// GET / as a fresh instance of that id.
+func (d *Driver) spawn(ctx context.Context, r nodeRecord) (pid int, start uint64, err error) {
+	name, dir, sock := r.Name, d.nodeDir(r.Name), r.Socket
+	var argv []string
+	if r.Jail != nil {
+		argv = r.Jail.argv(name)
+	} else {
+		bin, err := exec.LookPath(d.binary)
+		if err != nil {
+			return 0, 0, fmt.Errorf("firecracker node %s: binary %q: %w", name, d.binary, err)
+		}
+		argv = []string{bin, "--api-sock", sock, "--id", name}
 	}
-	sock := filepath.Join(dir, apiSock)
 	// A process started for this socket by a run killed before it recorded the pid would
 	// otherwise outlive every later generation; the directory is ours (checked by callers).
 	if err := killStrays(ctx, name, sock); err != nil {
@@ -36,12 +43,12 @@ func (d *Driver) spawn(ctx context.Context, dir, name string) (pid int, start ui
 		return 0, 0, fmt.Errorf("firecracker node %s: log: %w", name, err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "--api-sock", sock, "--id", name)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return 0, 0, fmt.Errorf("firecracker node %s: start %s: %w", name, bin, err)
+		return 0, 0, fmt.Errorf("firecracker node %s: start %s: %w", name, argv[0], err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }() // reap it whenever it ends
@@ -115,27 +122,47 @@ func isOurVMM(pid int, start uint64, sock string) bool {
 	if err != nil || st != start {
 		return false
 	}
+	return serves(pid, sock)
+}
+
+// serves reports whether process pid serves exactly the host socket path sock: its command
+// line says --api-sock SOCK; or, jailed (sock is CHROOT/api.sock), it runs chrooted in CHROOT
+// with --api-sock /api.sock, or it is still the jailer of that chroot (--id NAME and
+// --chroot-base-dir BASE, before it execs the VMM).
+func serves(pid int, sock string) bool {
 	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
 		return false
 	}
-	return bytes.Contains(cmdline, []byte("\x00--api-sock\x00"+sock+"\x00"))
+	if bytes.Contains(cmdline, []byte("\x00--api-sock\x00"+sock+"\x00")) {
+		return true
+	}
+	root := filepath.Dir(sock)
+	if filepath.Base(root) != jailRootDir || !bytes.Contains(cmdline, []byte("\x00--api-sock\x00/"+filepath.Base(sock)+"\x00")) {
+		return false
+	}
+	// A chroot removed under its running VMM reads "… (deleted)": still that VMM.
+	if r, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/root"); err == nil && (r == root || r == root+" (deleted)") {
+		return true
+	}
+	jailDir := filepath.Dir(root) // BASE/<exec>/NAME
+	return bytes.Contains(cmdline, []byte("\x00--id\x00"+filepath.Base(jailDir)+"\x00")) &&
+		bytes.Contains(cmdline, []byte("\x00--chroot-base-dir\x00"+filepath.Dir(filepath.Dir(jailDir))+"\x00"))
 }
 
-// serving lists the processes whose command line serves exactly sock (--api-sock SOCK).
+// serving lists the processes that serve exactly sock (see serves).
 func serving(sock string) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	want := []byte("\x00--api-sock\x00" + sock + "\x00")
 	var pids []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(cmdline, want) {
+		if serves(pid, sock) {
 			pids = append(pids, pid)
 		}
 	}

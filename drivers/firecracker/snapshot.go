@@ -41,11 +41,13 @@ type snapshotMeta struct {
 	VCPUs          int      `json:"vcpus"`
 	MemMiB         int      `json:"mem_mib"`
 	Ifaces         []string `json:"ifaces"` // iface_ids, sorted
+	// Jail is the jailed layout's key ("" unjailed): the files belong to its uid and chroot base.
+	Jail string `json:"jail,omitempty"`
 }
 
 func metaOf(r nodeRecord) snapshotMeta {
 	m := snapshotMeta{Kernel: r.Kernel, BootArgs: r.BootArgs, Baseline: r.Baseline, BaselineDigest: r.BaselineDigest,
-		VCPUs: r.VCPUs, MemMiB: r.MemMiB, Ifaces: []string{}}
+		VCPUs: r.VCPUs, MemMiB: r.MemMiB, Ifaces: []string{}, Jail: r.Jail.key()}
 	for _, n := range r.NICs {
 		m.Ifaces = append(m.Ifaces, n.IfaceID)
 	}
@@ -57,7 +59,8 @@ func metaOf(r nodeRecord) snapshotMeta {
 func (m snapshotMeta) fits(r nodeRecord) bool {
 	o := metaOf(r)
 	return m.Kernel == o.Kernel && m.BootArgs == o.BootArgs && m.Baseline == o.Baseline &&
-		m.BaselineDigest == o.BaselineDigest && m.BaselineDigest != "" && m.VCPUs == o.VCPUs && m.MemMiB == o.MemMiB
+		m.BaselineDigest == o.BaselineDigest && m.BaselineDigest != "" && m.VCPUs == o.VCPUs && m.MemMiB == o.MemMiB &&
+		m.Jail == o.Jail
 }
 
 func snapshotComplete(dir string) bool {
@@ -73,11 +76,14 @@ func snapshotComplete(dir string) bool {
 // resumed whatever happens; only a failed resume is an error the caller must see (a missing
 // snapshot only means the next reset boots cold).
 func (d *Driver) takeSnapshot(ctx context.Context, r *nodeRecord) (resumeErr error) {
-	dir := filepath.Join(d.nodeDir(r.Name), snapshotDir)
+	dir := filepath.Join(d.filesDir(*r), snapshotDir)
 	if err := os.RemoveAll(dir); err != nil {
 		return nil
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil
+	}
+	if err := r.owner().chown(dir); err != nil { // the jailed VMM writes the snapshot files
 		return nil
 	}
 	c, err := NewClient(r.Socket)
@@ -89,11 +95,11 @@ func (d *Driver) takeSnapshot(ctx context.Context, r *nodeRecord) (resumeErr err
 		return nil
 	}
 	meta := metaOf(*r)
-	err = c.CreateSnapshot(ctx, SnapshotCreate{SnapshotPath: filepath.Join(dir, snapVMFile),
-		MemFilePath: filepath.Join(dir, snapMemFile), SnapshotType: "Full"})
+	err = c.CreateSnapshot(ctx, SnapshotCreate{SnapshotPath: d.vmmPath(*r, filepath.Join(dir, snapVMFile)),
+		MemFilePath: d.vmmPath(*r, filepath.Join(dir, snapMemFile)), SnapshotType: "Full"})
 	if err == nil {
 		// The disk as the snapshot's memory knows it: copied while the vCPUs are stopped.
-		err = copyRootfs(r.Rootfs, filepath.Join(dir, snapDiskFile), "")
+		err = copyRootfs(r.Rootfs, filepath.Join(dir, snapDiskFile), "", r.owner())
 	}
 	if rerr := c.PatchVM(ctx, VMResumed); rerr != nil {
 		return fmt.Errorf("firecracker node %s: resume after snapshot: %w", r.Name, rerr)
@@ -123,8 +129,8 @@ func (d *Driver) adoptSnapshot(prior nodeRecord, r *nodeRecord) {
 		return
 	}
 	meta := *prior.Snapshot
-	from := filepath.Join(d.nodeDir(prior.Name), snapshotDir)
-	to := filepath.Join(d.nodeDir(r.Name), restoreDir)
+	from := filepath.Join(d.filesDir(prior), snapshotDir)
+	to := filepath.Join(d.filesDir(*r), restoreDir)
 	if !snapshotComplete(from) {
 		return
 	}
@@ -147,10 +153,10 @@ func (d *Driver) adoptSnapshot(prior nodeRecord, r *nodeRecord) {
 
 // restoreDisk makes the restore directory's disk copy r's disk (when it is still there).
 func (d *Driver) restoreDisk(r nodeRecord) {
-	disk := filepath.Join(d.nodeDir(r.Name), restoreDir, snapDiskFile)
+	disk := filepath.Join(d.filesDir(r), restoreDir, snapDiskFile)
 	if _, err := os.Stat(disk); err == nil {
 		_ = os.Rename(disk, r.Rootfs)
-		_ = syncDir(d.nodeDir(r.Name))
+		_ = syncDir(d.filesDir(r))
 	}
 }
 
@@ -160,7 +166,7 @@ var errColdPath = errors.New("snapshot restore not possible")
 // restore loads r's snapshot into its fresh process (state Not started), points the root drive
 // at r's disk and resumes the guest. The snapshot files are gone once the load succeeded.
 func (d *Driver) restore(ctx context.Context, c *Client, r *nodeRecord) error {
-	dir := filepath.Join(d.nodeDir(r.Name), restoreDir)
+	dir := filepath.Join(d.filesDir(*r), restoreDir)
 	meta := r.Restore
 	if meta == nil || !snapshotLoadable(dir) {
 		return errColdPath
@@ -177,10 +183,11 @@ func (d *Driver) restore(ctx context.Context, c *Client, r *nodeRecord) error {
 	if !slices.Equal(ids, meta.Ifaces) && !(len(ids) == 0 && len(meta.Ifaces) == 0) {
 		return fmt.Errorf("snapshot has interfaces %v, the node %v: %w", meta.Ifaces, ids, errColdPath)
 	}
-	uds := filepath.Join(d.nodeDir(r.Name), vsockFile)
+	uds := filepath.Join(d.filesDir(*r), vsockFile)
 	_ = os.Remove(uds)
-	err := c.LoadSnapshot(ctx, SnapshotLoad{SnapshotPath: filepath.Join(dir, snapVMFile), MemFilePath: filepath.Join(dir, snapMemFile),
-		NetworkOverrides: ov, VsockOverride: &VsockOverride{UDSPath: uds}})
+	err := c.LoadSnapshot(ctx, SnapshotLoad{SnapshotPath: d.vmmPath(*r, filepath.Join(dir, snapVMFile)),
+		MemFilePath:      d.vmmPath(*r, filepath.Join(dir, snapMemFile)),
+		NetworkOverrides: ov, VsockOverride: &VsockOverride{UDSPath: d.vmmPath(*r, uds)}})
 	if err != nil {
 		return err
 	}
@@ -192,7 +199,7 @@ func (d *Driver) restore(ctx context.Context, c *Client, r *nodeRecord) error {
 	if err := d.writeRecord(*r); err != nil {
 		return err
 	}
-	if err := c.PatchDrive(ctx, rootDriveID, r.Rootfs); err != nil {
+	if err := c.PatchDrive(ctx, rootDriveID, d.vmmPath(*r, r.Rootfs)); err != nil {
 		return err
 	}
 	return c.PatchVM(ctx, VMResumed)
@@ -213,7 +220,7 @@ func (d *Driver) coldAfterRestore(ctx context.Context, r *nodeRecord) error {
 	if err := killVMM(ctx, r.Name, *r); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(filepath.Join(d.nodeDir(r.Name), restoreDir)); err != nil {
+	if err := os.RemoveAll(filepath.Join(d.filesDir(*r), restoreDir)); err != nil {
 		return err
 	}
 	r.Restore = nil
@@ -223,7 +230,7 @@ func (d *Driver) coldAfterRestore(ctx context.Context, r *nodeRecord) error {
 	if err := os.Remove(r.Rootfs); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := copyRootfs(r.Baseline, r.Rootfs, r.BaselineDigest); err != nil {
+	if err := copyRootfs(r.Baseline, r.Rootfs, r.BaselineDigest, r.owner()); err != nil {
 		return err
 	}
 	return d.configure(ctx, r)

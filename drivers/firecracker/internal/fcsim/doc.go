@@ -18,7 +18,9 @@
 //
 // The command (cmd/firecracker) adds the VMM's device side: it opens the TAPs, serves the vsock
 // uds_path handshake, and runs the guest: sysbox-guest in its own network namespace, with one
-// TAP per interface there and frames pumped between host and guest TAPs.
+// TAP per interface there and frames pumped between host and guest TAPs. cmd/jailer is a
+// stand-in for Firecracker's jailer (chroot, uid/gid, netns) that execs that command jailed,
+// with a privileged guest helper for the simulated guest (see cmd/firecracker/helper.go).
 //
 // Every request is logged as one JSON line (Entry) so tests can assert the exact sequence a
 // driver sent. The package never links into a release binary: only tests and the command under

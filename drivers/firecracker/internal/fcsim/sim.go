@@ -46,6 +46,9 @@ type Options struct {
 	// snapshot restored is recorded there, and a snapshot restored before is refused (the
 	// Firecracker documentation calls resuming one snapshot twice insecure).
 	SnapshotLedger string
+	// SnapshotLedgerFile is the ledger already open (read-write, append), for a simulator that
+	// cannot reach SnapshotLedger's path (chrooted by the jailer stand-in); it wins over it.
+	SnapshotLedgerFile *os.File
 }
 
 // Hooks are called, under the simulator's lock, when the VMM would touch host devices.
@@ -578,17 +581,24 @@ func (s *Sim) writeSnapshot(snapPath, memPath string) *fault {
 	return nil
 }
 
-// restoreOnce records nonce in the ledger under an exclusive lock, refusing one already there.
-func restoreOnce(ledger, nonce, path string) *fault {
+// restoreOnce records nonce in the ledger (the open file f, else the file at path ledger)
+// under an exclusive lock, refusing one already there.
+func restoreOnce(ledger string, f *os.File, nonce, path string) *fault {
 	if nonce == "" {
 		return badRequest("Load snapshot: %s carries no nonce", path)
 	}
-	f, err := os.OpenFile(ledger, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
-	if err != nil {
+	if f == nil {
+		var err error
+		if f, err = os.OpenFile(ledger, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600); err != nil {
+			return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("snapshot ledger: %v", err)}
+		}
+		defer f.Close()
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("snapshot ledger: %v", err)}
 	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN) //nolint:errcheck // closing or exiting unlocks too
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return &fault{status: http.StatusInternalServerError, msg: fmt.Sprintf("snapshot ledger: %v", err)}
 	}
 	b, err := io.ReadAll(f)
@@ -638,8 +648,8 @@ func (s *Sim) loadSnapshot(body []byte) *fault {
 	if f := mustOpen("mem_file_path", l.MemFilePath); f != nil {
 		return f
 	}
-	if s.opts.SnapshotLedger != "" {
-		if f := restoreOnce(s.opts.SnapshotLedger, snap.Nonce, l.SnapshotPath); f != nil {
+	if s.opts.SnapshotLedger != "" || s.opts.SnapshotLedgerFile != nil {
+		if f := restoreOnce(s.opts.SnapshotLedger, s.opts.SnapshotLedgerFile, snap.Nonce, l.SnapshotPath); f != nil {
 			return f
 		}
 	}

@@ -43,6 +43,8 @@ type devices struct {
 	apiSock  string
 	agent    string // sysbox-guest binary; "" runs no guest
 	guestDir string
+	// helper, when set, runs the guest (jailed: see helper.go); agent is then unused here.
+	helper *guestHelper
 
 	mu    sync.Mutex
 	files []*os.File
@@ -94,7 +96,12 @@ func (d *devices) start(nics []fcsim.NIC, udsPath string) (err error) {
 		d.files = append(d.files, f)
 		host = append(host, f)
 	}
-	if d.agent != "" {
+	switch {
+	case d.helper != nil:
+		if err := d.helper.call(helperMsg{Op: "start", NICs: nics}, host); err != nil {
+			return err
+		}
+	case d.agent != "":
 		if err := d.startGuest(nics, host); err != nil {
 			return err
 		}
@@ -247,6 +254,9 @@ func setMAC(ns netns.NsHandle, name, mac string) error {
 // pause stops or continues the guest's processes, as a paused VMM stops its vCPUs: a paused
 // guest's agent does not answer.
 func (d *devices) pause(paused bool) error {
+	if d.helper != nil {
+		return d.helper.call(helperMsg{Op: "pause", Paused: paused}, nil)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.guest == nil || d.guest.Process == nil {
@@ -310,6 +320,9 @@ func (d *devices) close() {
 }
 
 func (d *devices) closeLocked() {
+	if d.helper != nil && len(d.files) > 0 {
+		_ = d.helper.call(helperMsg{Op: "stop"}, nil)
+	}
 	if d.guest != nil && d.guest.Process != nil {
 		_ = d.guest.Process.Kill()
 		d.guest = nil
@@ -322,4 +335,14 @@ func (d *devices) closeLocked() {
 		d.ln.Close()
 		d.ln = nil
 	}
+}
+
+// probeTAP reports whether the TAP name exists and this process may attach to it.
+func probeTAP(name string) bool {
+	f, err := openTAP(name)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }

@@ -5,6 +5,14 @@
 // FCSIM_GUEST_AGENT names it, else sysbox-guest beside this binary is used.
 // FCSIM_SNAPSHOT_LEDGER names a file shared by all simulator processes that refuses a second
 // restore of one snapshot.
+//
+// Under the jailer stand-in (../jailer) it also takes what the jailer passes (--start-time-us,
+// --start-time-cpu-us, --parent-cpu-time-us: ignored) and the stand-in's plumbing, since the
+// jail hides host paths and the jailer clears the environment: --fcsim-guest-helper-fd (the
+// guest helper, see helper.go), --fcsim-request-log-fd and --fcsim-ledger-fd (the request log
+// and snapshot ledger, opened before the chroot). --fcsim-guest-helper DIR makes the process
+// the guest helper itself, serving the connection on descriptor 3; --fcsim-owner UID:GID is
+// the jailed VMM's.
 package main
 
 import (
@@ -32,8 +40,23 @@ func run() error {
 	fs := flag.NewFlagSet("firecracker", flag.ContinueOnError)
 	sock := fs.String("api-sock", "", "path of the API unix socket")
 	id := fs.String("id", "anonymous-instance", "microVM id")
+	fs.String("start-time-us", "", "jailer: its start time (ignored)")
+	fs.String("start-time-cpu-us", "", "jailer: its CPU start time (ignored)")
+	fs.String("parent-cpu-time-us", "", "jailer: its parent's CPU time (ignored)")
+	helperFD := fs.Int("fcsim-guest-helper-fd", -1, "jailer stand-in: descriptor of the guest helper connection")
+	logFD := fs.Int("fcsim-request-log-fd", -1, "jailer stand-in: descriptor of the request log")
+	ledgerFD := fs.Int("fcsim-ledger-fd", -1, "jailer stand-in: descriptor of the snapshot ledger")
+	helperDir := fs.String("fcsim-guest-helper", "", "run as the guest helper; the guest directory on the host")
+	helperOwner := fs.String("fcsim-owner", "", "guest helper: the jailed VMM's UID:GID")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
+	}
+	if *helperDir != "" {
+		var uid, gid int
+		if _, err := fmt.Sscanf(*helperOwner, "%d:%d", &uid, &gid); err != nil {
+			return fmt.Errorf("--fcsim-owner %q: want UID:GID", *helperOwner)
+		}
+		return runHelper(os.NewFile(3, "guest-helper"), *helperDir, uid, gid)
 	}
 	if *sock == "" {
 		return errors.New("--api-sock is required (fcsim always serves the API)")
@@ -47,10 +70,27 @@ func run() error {
 		defer f.Close()
 		logw = f
 	}
+	if *logFD >= 0 {
+		f := os.NewFile(uintptr(*logFD), "request-log")
+		defer f.Close()
+		logw = f
+	}
+	opts := fcsim.Options{ID: *id, RequestLog: logw, SnapshotLedger: os.Getenv("FCSIM_SNAPSHOT_LEDGER")}
+	if *ledgerFD >= 0 {
+		opts.SnapshotLedgerFile = os.NewFile(uintptr(*ledgerFD), "snapshot-ledger")
+	}
 	dev := newDevices(*id, *sock)
+	if *helperFD >= 0 {
+		dev.helper = &guestHelper{f: os.NewFile(uintptr(*helperFD), "guest-helper")}
+	}
 	defer dev.close()
-	sim, err := fcsim.New(fcsim.Options{ID: *id, RequestLog: logw, Hooks: fcsim.Hooks{Start: dev.start, Pause: dev.pause},
-		SnapshotLedger: os.Getenv("FCSIM_SNAPSHOT_LEDGER")})
+	opts.Hooks = fcsim.Hooks{Start: dev.start, Pause: dev.pause}
+	if _, err := os.Stat("/sys/class/net"); err != nil {
+		// Jailed: no /sys. Firecracker opens the TAP when the interface is configured; so
+		// does this check (an unprivileged TUNSETIFF cannot create a missing one).
+		opts.TapExists = probeTAP
+	}
+	sim, err := fcsim.New(opts)
 	if err != nil {
 		return err
 	}
