@@ -375,9 +375,10 @@ func TestDaemonImport(t *testing.T) {
 	}
 }
 
-// httpGet fetches url with a short timeout.
+// httpGet fetches url. The timeout is generous: every caller expects an answer, and a loaded
+// CI host can stall the exchange for seconds.
 func httpGet(url string) (string, error) {
-	c := http.Client{Timeout: 2 * time.Second}
+	c := http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get(url)
 	if err != nil {
 		return "", err
@@ -402,9 +403,9 @@ func httpGetReady(url string, timeout time.Duration) (string, error) {
 }
 
 // untilServing runs an in-guest HTTP exchange again while it fails with "Connection refused"
-// (the server's node is started but its httpd has not bound its port yet), for up to 15 s.
+// (the server's node is started but its httpd has not bound its port yet), for up to 30 s.
 func untilServing(run func() (substrate.ExecResult, error)) (substrate.ExecResult, error) {
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res, err := run()
 		if err == nil && res.ExitCode == 0 || !strings.Contains(string(res.Stderr)+string(res.Stdout), "Connection refused") || time.Now().After(deadline) {
@@ -463,7 +464,7 @@ func TestDaemonWiringResetAndDestroy(t *testing.T) {
 	}
 	for name, n := range nodes {
 		// A started container is not yet a listening httpd: wait for it, as a user would.
-		if body, err := httpGetReady("http://"+n.ip+"/index.html", 15*time.Second); err != nil || body != topo {
+		if body, err := httpGetReady("http://"+n.ip+"/index.html", 30*time.Second); err != nil || body != topo {
 			t.Fatalf("GET %s from the host: got %q, %v; want %q", name, body, err, topo)
 		}
 		if obs, err := d.ObserveAttachment(ctx, n.h, n.att, n.owner); err != nil || obs.Status != substrate.Present {
@@ -532,7 +533,7 @@ func TestDaemonWiringResetAndDestroy(t *testing.T) {
 	if failed.Load() != 0 || served.Load() == 0 {
 		t.Fatalf("web2 during web1's reset: %d served, %d failed; want all served", served.Load(), failed.Load())
 	}
-	if body, err := httpGetReady("http://198.51.100.11/index.html", 15*time.Second); err != nil || body != topo {
+	if body, err := httpGetReady("http://198.51.100.11/index.html", 30*time.Second); err != nil || body != topo {
 		t.Fatalf("GET web1 after reset: got %q, %v", body, err)
 	}
 	if w1.att.MAC != "02:00:c6:33:64:0b" {

@@ -326,7 +326,7 @@ func (l *e2eLab) checkServes(stage string) {
 	bb, _ := exec.LookPath("busybox")
 	// The web container may have been (re)started by the command just run: wait for its httpd.
 	var out string
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var err error
 		out, err = l.run(nil, "exec", "sysbox_node.probe", "--", bb, "wget", "-q", "-O", "-", "http://192.0.2.10/index.html")
 		if err == nil || !strings.Contains(out, "Connection refused") || time.Now().After(deadline) {

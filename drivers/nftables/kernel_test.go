@@ -119,9 +119,27 @@ func (e *env) run(n *node, argv ...string) substrate.ExecResult {
 	return res
 }
 
+// fetch GETs url from a node once; the 3 s bound a dropped connection.
 func (e *env) fetch(from *node, url string) (string, bool) {
+	return e.fetchWithin(from, url, 3*time.Second)
+}
+
+// fetchOK GETs url from a node until it answers, for up to 30 s: a started httpd is not yet
+// listening, and a loaded host can stall a try past the 3 s that bound a dropped connection.
+func (e *env) fetchOK(from *node, url string) (string, bool) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body, ok := e.fetchWithin(from, url, 10*time.Second)
+		if ok || time.Now().After(deadline) {
+			return body, ok
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (e *env) fetchWithin(from *node, url string, timeout time.Duration) (string, bool) {
 	// busybox 1.35's wget crashes with -T; the exec timeout bounds it instead.
-	res, err := e.nodes.Exec(context.Background(), from.h, substrate.ExecRequest{Argv: []string{e.busybox, "wget", "-q", "-O", "-", url}, Timeout: 3 * time.Second})
+	res, err := e.nodes.Exec(context.Background(), from.h, substrate.ExecRequest{Argv: []string{e.busybox, "wget", "-q", "-O", "-", url}, Timeout: timeout})
 	if errors.Is(err, argv.ErrTimeout) {
 		return "", false
 	}
@@ -187,7 +205,11 @@ func TestKernelQuickstartPolicies(t *testing.T) {
 		{"port forward on the router", "http://198.51.100.1:8081/", true},
 		{"9090 blocked by the firewall", "http://203.0.113.10:9090/", false},
 	} {
-		body, ok := e.fetch(client, tc.url)
+		fetch := e.fetch
+		if tc.want {
+			fetch = e.fetchOK
+		}
+		body, ok := fetch(client, tc.url)
 		if ok != tc.want || (ok && !strings.Contains(body, "hello from server")) {
 			t.Errorf("%s: got ok=%v body=%q, want ok=%v", tc.name, ok, body, tc.want)
 			diagnose(t, e, lan, dmz)
@@ -196,7 +218,7 @@ func TestKernelQuickstartPolicies(t *testing.T) {
 	if res := e.run(client, e.busybox, "ping", "-c", "1", "-W", "1", "203.0.113.10"); res.ExitCode == 0 {
 		t.Errorf("ping to the server: got a reply, want ICMP dropped by default_input=drop")
 	}
-	if _, ok := e.fetch(router, "http://203.0.113.10:8080/"); !ok {
+	if _, ok := e.fetchOK(router, "http://203.0.113.10:8080/"); !ok {
 		t.Errorf("router itself to 8080: blocked, want allowed (source 203.0.113.1)")
 	}
 
@@ -227,7 +249,7 @@ func TestKernelQuickstartPolicies(t *testing.T) {
 	if err != nil || obs.Status != substrate.Drifted {
 		t.Errorf("ObservePolicy after an edit: got %+v, %v; want drifted", obs, err)
 	}
-	if _, ok := e.fetch(client, "http://203.0.113.10:9090/"); !ok {
+	if _, ok := e.fetchOK(client, "http://203.0.113.10:9090/"); !ok {
 		t.Errorf("tamper did not take effect (test would prove nothing)")
 	}
 	if fh, err = e.pol.ApplyPolicy(ctx, server.h, server.atts, fwSpec); err != nil {

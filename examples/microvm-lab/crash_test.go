@@ -144,9 +144,10 @@ func TestKillApplyAndReset(t *testing.T) {
 }
 
 // gone waits (bounded) for every process executing one of bins to end and returns those still
-// running. A guest agent gets SIGKILL when its VMM dies, an instant later than the VMM.
+// running. A guest agent gets SIGKILL when its VMM dies, an instant later than the VMM (seconds
+// later on a loaded host).
 func gone(bins ...string) []string {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		procs := running(bins...)
 		if len(procs) == 0 || time.Now().After(deadline) {

@@ -108,11 +108,17 @@ func (l *lab) must(args ...string) string {
 }
 
 // fetch runs wget in the client; allowed reports whether it answered. Listeners start
-// asynchronously, so an expected success is retried for a few seconds.
+// asynchronously and a loaded host can stall a CLI run for seconds, so an expected success is
+// retried for up to 30 s, each try allowed 20 s. An expected failure is tried once: the 4 s
+// bound a dropped connection (busybox 1.35's wget -T crashes).
 func (l *lab) fetch(url string, expectOK bool) bool {
-	deadline := time.Now().Add(5 * time.Second)
+	try := 4 * time.Second
+	if expectOK {
+		try = 20 * time.Second
+	}
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := l.sysbox(4*time.Second, "exec", "sysbox_node.client", "--", l.busybox, "wget", "-q", "-O", "/dev/null", url)
+		_, err := l.sysbox(try, "exec", "sysbox_node.client", "--", l.busybox, "wget", "-q", "-O", "/dev/null", url)
 		if err == nil || !expectOK || time.Now().After(deadline) {
 			return err == nil
 		}

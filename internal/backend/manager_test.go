@@ -194,13 +194,16 @@ func TestLeaseRenewedWhileHeldAndLostLeaseRefusesSave(t *testing.T) {
 		t.Cleanup(func() { b.Close() })
 		return b
 	}
-	m := backend.NewManager(open(), backend.Options{LeaseTTL: time.Second})
+	// A 3 s lease: the Manager renews every TTL/3 and gives each renewal TTL/3 to finish, so a
+	// shorter one lets an SQLite write stalled by a loaded CI disk count as a lost lease.
+	const ttl = 3 * time.Second
+	m := backend.NewManager(open(), backend.Options{LeaseTTL: ttl})
 	tx, err := m.Begin(ctx, "apply")
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := open()
-	time.Sleep(2500 * time.Millisecond) // > 2 TTLs: only renewal keeps it held
+	time.Sleep(2*ttl + 500*time.Millisecond) // > 2 TTLs: only renewal keeps it held
 	if _, err := other.(backend.Locker).Lock(ctx, backend.NewLockInfo("destroy")); !errors.Is(err, backend.ErrLocked) {
 		t.Fatalf("lease held and renewed: got %v, want ErrLocked", err)
 	}
@@ -213,9 +216,16 @@ func TestLeaseRenewedWhileHeldAndLostLeaseRefusesSave(t *testing.T) {
 	if err := backend.NewManager(other, backend.Options{}).ForceUnlock(ctx, tx.LockID()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // > TTL/3: a renewal has run and failed
-	if err := tx.Save(ctx, st); !errors.Is(err, backend.ErrLockID) || !strings.Contains(err.Error(), "lease") {
-		t.Fatalf("save after the lease was lost: got %v, want a lost-lease error", err)
+	// The next renewal (within TTL/3, later on a loaded host) notices; from then on every save
+	// is refused. Wait for that rather than for a fixed time.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := tx.Save(ctx, st)
+		if errors.Is(err, backend.ErrLockID) && strings.Contains(err.Error(), "lease") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("save 30 s after the lease was lost: got %v, want a lost-lease error", err)
+		}
 	}
 	tx.Close(ctx)
 }

@@ -232,14 +232,16 @@ func TestLockWaitsOutADeadHoldersInheritedDescriptor(t *testing.T) {
 	t.Run("dead holder, released later", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "lock")
 		f := hold(t, p, fmt.Sprintf("pid %d (sysbox reset) since 2026-12-01T00:00:00Z", deadPID))
-		released := make(chan struct{})
-		go func() { time.Sleep(300 * time.Millisecond); f.Close(); close(released) }()
+		// releasing is closed just before the descriptor: closing it after would race with a
+		// Lock that rightly succeeds the moment the flock goes.
+		releasing := make(chan struct{})
+		go func() { time.Sleep(300 * time.Millisecond); close(releasing); f.Close() }()
 		l, err := Lock(p)
 		if err != nil {
 			t.Fatalf("got %v, want the lock once the inherited descriptor closed", err)
 		}
 		select {
-		case <-released:
+		case <-releasing:
 		default:
 			t.Fatal("Lock succeeded while the descriptor still held the flock")
 		}

@@ -70,7 +70,14 @@ func WaitStopped(t testing.TB, pid int, exited <-chan struct{}) bool {
 	for {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			t.Fatalf("process %d: %v", pid, err)
+			// Reaped by the caller's Wait an instant before it closes exited: an exit, not an
+			// error.
+			select {
+			case <-exited:
+				return false
+			case <-time.After(30 * time.Second):
+				t.Fatalf("process %d: %v", pid, err)
+			}
 		}
 		s := string(b)
 		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 && f[0] == "T" {

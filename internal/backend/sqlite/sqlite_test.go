@@ -102,24 +102,32 @@ func TestLeaseExpiresAndRenews(t *testing.T) {
 	}
 	defer b.Close()
 	info := backend.NewLockInfo("apply")
-	// Margins of a second either side: a loaded CI machine may stall a goroutine for a while.
-	info.TTL = 2 * time.Second
+	// Each check waits for a point in time measured around the calls it depends on, with
+	// seconds of margin on both sides: a loaded CI machine may stall a goroutine or an SQLite
+	// write for a while.
+	info.TTL = 3 * time.Second
+	taking := time.Now()
 	id, err := a.Lock(ctx, info)
 	if err != nil {
 		t.Fatal(err)
 	}
+	taken := time.Now() // the first lease ends between taking+3s and taken+3s
 	if _, err := b.Lock(ctx, backend.NewLockInfo("apply")); !errors.Is(err, backend.ErrLocked) || !strings.Contains(err.Error(), "lease expires") {
 		t.Fatalf("live lease: got %v, want ErrLocked naming the lease expiry", err)
 	}
-	time.Sleep(time.Second)
-	if err := a.RenewLock(ctx, id, 2*time.Second); err != nil {
+	time.Sleep(time.Until(taking.Add(time.Second)))
+	renewing := time.Now()
+	if err := a.RenewLock(ctx, id, 5*time.Second); err != nil {
 		t.Fatalf("renew: %v", err)
 	}
-	time.Sleep(time.Second + 200*time.Millisecond) // 2.2s after taking it, but renewed at 1s
+	renewed := time.Now() // the renewed lease ends between renewing+5s and renewed+5s
+	// Past the first lease's end, well before the renewed one's (renewing+5s, about taking+6s).
+	time.Sleep(time.Until(taken.Add(3*time.Second + 500*time.Millisecond)))
 	if _, err := b.Lock(ctx, backend.NewLockInfo("apply")); !errors.Is(err, backend.ErrLocked) {
-		t.Fatalf("renewed lease: got %v, want ErrLocked", err)
+		t.Fatalf("renewed lease (renewed %s after taking it, checked %s after): got %v, want ErrLocked",
+			renewing.Sub(taking), time.Since(taking), err)
 	}
-	time.Sleep(time.Second + 800*time.Millisecond) // 1s past the renewed expiry
+	time.Sleep(time.Until(renewed.Add(5*time.Second + 500*time.Millisecond))) // past the renewed lease's end
 	id2, err := b.Lock(ctx, backend.NewLockInfo("apply"))
 	if err != nil {
 		t.Fatalf("expired lease: got %v, want it taken over", err)
