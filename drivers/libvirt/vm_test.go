@@ -44,11 +44,34 @@ func guestRun(t *testing.T, d *Driver, h substrate.Handle, argv ...string) strin
 	return string(res.Stdout)
 }
 
+// pingFromNetns pings to from the namespace until one reply comes back, for up to 30 s: a TCG
+// guest on a loaded host can miss a single ping's wait.
 func pingFromNetns(t *testing.T, ns, to string) {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns, "busybox", "ping", "-c", "1", "-W", "5", to).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ping %s from netns %s: %v: %s", to, ns, err, out)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		out, err := exec.Command("ip", "netns", "exec", ns, "busybox", "ping", "-c", "1", "-W", "5", to).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ping %s from netns %s: %v: %s", to, ns, err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// guestPing pings to from the guest until one reply comes back, for up to 30 s.
+func guestPing(t *testing.T, d *Driver, h substrate.Handle, to string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		res, err := d.Exec(context.Background(), h, substrate.ExecRequest{Argv: []string{"ping", "-c", "1", "-W", "5", to}, Timeout: 30 * time.Second})
+		if err == nil && res.ExitCode == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ping %s from the guest: exit %d, %v; stdout %q stderr %q", to, res.ExitCode, err, res.Stdout, res.Stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -109,7 +132,7 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 	if err != nil || res.ExitCode != 4 || string(res.Stdout) != "from stdin\n" || string(res.Stderr) != "err\n" {
 		t.Errorf("exec with stdin: %+v (stdout %q stderr %q), %v; want exit 4, stdin echoed, err on stderr", res, res.Stdout, res.Stderr, err)
 	}
-	guestRun(t, d, h1, "ping", "-c", "1", "-W", "5", "198.51.100.20")
+	guestPing(t, d, h1, "198.51.100.20")
 	pingFromNetns(t, peer, "198.51.100.10")
 	if err := d.SetHosts(ctx, h1, o1, []driver.HostEntry{{Address: "198.51.100.20", Names: []string{"peer", "peer.lab"}}}); err != nil {
 		t.Fatalf("SetHosts: %v", err)
@@ -180,7 +203,7 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 			t.Errorf("generation %d started_from %q, want %q...", next.Generation, got, want)
 		}
 		pingFromNetns(t, peer, "198.51.100.10")
-		guestRun(t, d, hn, "ping", "-c", "1", "-W", "5", "198.51.100.20")
+		guestPing(t, d, hn, "198.51.100.20")
 		if links := guestRun(t, d, hn, "ip", "-o", "link"); !strings.Contains(links, att.MAC) {
 			t.Errorf("generation %d: no guest link with MAC %s:\n%s", next.Generation, att.MAC, links)
 		}

@@ -300,7 +300,7 @@ func TestKernelResetKeepsAddressesAndSparesNeighbours(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		bg, _ = l.d.Exec(ctx, a.h, substrate.ExecRequest{Argv: []string{l.busybox, "ping", "-c", "30", "-i", "0.1", "-W", "1", "198.18.0.2"}, Timeout: 30 * time.Second})
+		bg, _ = l.d.Exec(ctx, a.h, substrate.ExecRequest{Argv: []string{l.busybox, "ping", "-c", "30", "-i", "0.1", "-W", "5", "198.18.0.2"}, Timeout: 30 * time.Second})
 	}()
 
 	prior, priorOwner, priorAtts := c.h, c.owner, c.atts

@@ -341,7 +341,10 @@ func TestRunsLandOnCapableAgentAndApply(t *testing.T) {
 		r.user.call("GET", "/v1/projects/"+r.project+"/agents", nil, &agents, 200)
 		return agents[0].Seen
 	}
-	for i, last := 0, seen(); i < 2; {
+	for i, last, deadline := 0, seen(), time.Now().Add(60*time.Second); i < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the netns-only agent did not heartbeat twice within 60 s (seen %d times)", i)
+		}
 		time.Sleep(50 * time.Millisecond)
 		if s := seen(); s != last {
 			i, last = i+1, s

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/secrets"
@@ -50,8 +51,11 @@ func (a *App) configureDrivers(reg *driver.Registry, top *config.Topology) hcl.D
 		settings := map[string]string{}
 		for _, k := range keys {
 			v := d.Attrs[k]
+			if v.IsKnown() && !v.IsNull() && (v.Type() == cty.Number || v.Type() == cty.Bool) {
+				v, _ = convert.Convert(v, cty.String) // uid = 1234 reads as "1234"; a known number or bool always converts
+			}
 			if v.IsNull() || !v.IsKnown() || v.Type() != cty.String {
-				fail(k, fmt.Sprintf("substrate driver %q: setting %q must be a string", d.Name, k))
+				fail(k, fmt.Sprintf("substrate driver %q: setting %q must be a string, number or bool", d.Name, k))
 				continue
 			}
 			// The environment lookup does not block; the loaders have no context to pass.

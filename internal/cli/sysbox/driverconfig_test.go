@@ -27,8 +27,10 @@ func TestDriverBlockSettings(t *testing.T) {
 			[]string{"main.sysbox.hcl:2:20", `substrate driver "netns": unknown setting "a" (known: none)`}, ""},
 		{"bad value", "  driver \"libvirt\" {\n    socket = \"run/libvirt-sock\"\n  }\n", nil,
 			[]string{"main.sysbox.hcl:3:5", `setting "socket": "run/libvirt-sock" is not an absolute path`}, ""},
-		{"not a string", "  driver \"libvirt\" {\n    socket = 5\n  }\n", nil,
-			[]string{"main.sysbox.hcl:3:5", `setting "socket" must be a string`}, ""},
+		{"not a string, number or bool", "  driver \"libvirt\" {\n    socket = [\"/x.sock\"]\n  }\n", nil,
+			[]string{"main.sysbox.hcl:3:5", `setting "socket" must be a string, number or bool`}, ""},
+		{"a number is read as its decimal string", "  driver \"libvirt\" {\n    socket = 5\n  }\n", nil,
+			[]string{"main.sysbox.hcl:3:5", `setting "socket": "5" is not an absolute path`}, ""},
 		{"bad value from a secret", "  driver \"libvirt\" {\n    socket = env(\"SOCK\")\n  }\n", []string{"SOCK=relative/s3cret-path"},
 			[]string{"main.sysbox.hcl:3:5", `setting "socket"`, "is not an absolute path"}, "s3cret"},
 	}
