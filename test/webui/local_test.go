@@ -2,12 +2,14 @@ package webui
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,6 +87,17 @@ func TestLocalUICheckpoints(t *testing.T) {
 	if got := shownCheckpoints(t, ctx); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("checkpoints beside the graph while the apply is stopped:\n got %q\nwant the log's %q", got, want)
 	}
+	// Its progress lines (from .sysbox/last-run.jsonl, the apply being another process) too.
+	lines, recs, end := lastRun(t, dir)
+	if !strings.Contains(strings.Join(lines, "\n"), "sysbox_node.web[0]: Creating...") || end != "" {
+		t.Fatalf("the stopped apply's last run file: lines %q, end %q; want web[0] being created and no end", lines, end)
+	}
+	if got := shownLines(t, ctx); got != strings.Join(lines, "\n") {
+		t.Fatalf("progress lines beside the graph while the apply is stopped:\n got %q\nwant the run's %q", got, lines)
+	}
+	if strings.Join(recs, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the last run file's records while stopped:\n got %q\nwant the log's %q", recs, want)
+	}
 	uitest.Screenshot(t, ctx, "ui-apply-stopped-at-checkpoint.png")
 	localNoSecrets(t, ctx, url, dir)
 
@@ -107,13 +120,80 @@ func TestLocalUICheckpoints(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(fmt.Sprintf(`#run[data-run=%q][data-status="ended"]`, it.Header.Run))); err != nil {
 		t.Fatalf("the run's end never shown: %v", err)
 	}
-	// The log is gone: the page keeps the records it last read, at least those of the stop.
-	got := shownCheckpoints(t, ctx)
-	if len(got) < len(want) || strings.Join(got[:len(want)], "\n") != strings.Join(want, "\n") {
-		t.Fatalf("checkpoints after the run ended:\n got %q\nwant at first %q", got, want)
+	// The log is gone; the page lists every record the run wrote (its last run file), those
+	// of the stop first and the end last, and every progress line the apply printed.
+	lines, recs, end = lastRun(t, dir)
+	if end != "complete" || len(recs) <= len(want) || strings.Join(recs[:len(want)], "\n") != strings.Join(want, "\n") ||
+		!strings.Contains(recs[len(recs)-1], " end ") {
+		t.Fatalf("the ended apply's last run file: end %q, records %q; want complete, the stop's %q first and the end last", end, recs, want)
+	}
+	for i, r := range recs {
+		if !strings.HasPrefix(r, fmt.Sprint(i+1)+" ") {
+			t.Fatalf("record %d of the last run file is %q: records missing or repeated", i+1, r)
+		}
+	}
+	if got := shownCheckpoints(t, ctx); strings.Join(got, "\n") != strings.Join(recs, "\n") {
+		t.Fatalf("checkpoints after the run ended:\n got %q\nwant all the run wrote %q", got, recs)
+	}
+	if got := shownLines(t, ctx); got != strings.Join(lines, "\n") || !strings.Contains(got, "sysbox_node.web[1]: Creation complete") {
+		t.Fatalf("progress lines after the run ended:\n got %q\nwant the run's %q", got, lines)
+	}
+	for _, l := range lines {
+		if !strings.Contains(out.String(), l+"\n") {
+			t.Fatalf("progress line %q of the last run file was not printed by the apply:\n%s", l, out.String())
+		}
 	}
 	uitest.Screenshot(t, ctx, "ui-apply-ended.png")
 	localNoSecrets(t, ctx, url, dir)
+}
+
+func shownLines(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("run-lines").textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// lastRun reads dir's .sysbox/last-run.jsonl: its progress lines, its checkpoint records in
+// the form of shownCheckpoints, and the end's outcome ("" before the end).
+func lastRun(t *testing.T, dir string) (lines, recs []string, end string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, ".sysbox", "last-run.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type record struct {
+		Seq                         uint64
+		Type, Address, Action, Step string
+	}
+	for i, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var ln struct {
+			Type, Line, Outcome string
+			Record              *record
+		}
+		if err := json.Unmarshal([]byte(l), &ln); err != nil {
+			t.Fatalf("last-run.jsonl line %d: %v", i+1, err)
+		}
+		switch ln.Type {
+		case "progress":
+			lines = append(lines, ln.Line)
+		case "checkpoint":
+			r := ln.Record
+			recs = append(recs, fmt.Sprintf("%d %s %s %s %s", r.Seq, r.Type, r.Address, r.Action, r.Step))
+		case "end":
+			end = ln.Outcome
+		}
+	}
+	// The concurrent workers' hook may append out of Seq order; the page sorts them.
+	slices.SortFunc(recs, func(a, b string) int {
+		var x, y int
+		fmt.Sscan(a, &x)
+		fmt.Sscan(b, &y)
+		return x - y
+	})
+	return lines, recs, end
 }
 
 func shownCheckpoints(t *testing.T, ctx context.Context) []string {
@@ -145,7 +225,11 @@ func localNoSecrets(t *testing.T, ctx context.Context, url, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := map[string]string{"page DOM": dom, "api/graph": get(t, url+"api/graph", false)}
+	lastRun, err := os.ReadFile(filepath.Join(dir, ".sysbox", "last-run.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]string{"page DOM": dom, "api/graph": get(t, url+"api/graph", false), "last-run.jsonl": string(lastRun)}
 	served["events"] = get(t, url+"events", true)
 	for where, body := range served {
 		for _, p := range private {

@@ -106,7 +106,9 @@ func (a *App) runApply(ctx context.Context, f *applyFlags, planFile string) erro
 		}
 		return executor.FromPlan(p, st, rt.l.reg)
 	}
+	rt.beginRun("apply")
 	res, err := rt.ex.Apply(ctx, xp)
+	rt.endRun(err)
 	a.renderRecovered(res.Recovered)
 	if s := runSummary("Apply", res); s != "" && res.Done+len(res.Failed) > 0 {
 		fmt.Fprintln(a.Env.Stdout, s)

@@ -77,7 +77,9 @@ func (a *App) runDestroy(ctx context.Context, f *destroyFlags) error {
 		}
 		return executor.FromPlan(p, st, rt.l.reg)
 	}
+	rt.beginRun("destroy")
 	res, residue, err := rt.ex.Destroy(ctx, xp)
+	rt.endRun(err)
 	a.renderRecovered(res.Recovered)
 	var re *executor.ResidueError
 	if f.asJSON {

@@ -115,6 +115,31 @@ type runtime struct {
 	facts   plans.Facts
 	planner *plans.Planner
 	close   func()
+	prog    *progress
+	run     *runLog // the last run's file of a state-changing run (see beginRun)
+}
+
+// beginRun starts the last run's file for `sysbox ui`: from now on the progress lines and
+// checkpoint records also go there. endRun writes the outcome; call both once per run.
+func (rt *runtime) beginRun(command string) {
+	a := rt.app
+	rt.run = startRunLog(a.checkpointDir(), command, a.Env.Stderr, time.Now())
+	rt.prog.run = rt.run
+	rt.ex.Checkpointed = func(r executor.Record) {
+		rt.run.checkpoint(r)
+		if a.Env.Checkpoints != nil {
+			a.Env.Checkpoints(r)
+		}
+	}
+}
+
+// endRun records the run's outcome in the last run's file; err is redacted first.
+func (rt *runtime) endRun(err error) {
+	msg := ""
+	if err != nil {
+		msg = rt.prog.redactor.Redact(err.Error())
+	}
+	rt.run.end(msg)
 }
 
 // openRuntime evaluates the topology, opens its state backend and builds the executor. The
@@ -155,6 +180,7 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 	}
 	redactor := &secrets.Redactor{}
 	res := &secrets.EnvResolver{Lookup: a.Env.LookupEnv, Redactor: redactor}
+	rt.prog = newProgress(a, redactor)
 	rt.ex = &executor.Executor{
 		Registry:    reg,
 		State:       mgr.Store(),
@@ -163,7 +189,7 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 		Resolve: func(ctx context.Context, s string) (string, error) {
 			return secrets.ResolveString(ctx, res, s)
 		},
-		Progress:     newProgress(a, redactor).event,
+		Progress:     rt.prog.event,
 		AfterDurable: afterDurable,
 		Checkpointed: a.Env.Checkpoints,
 		Resources:    l.reg,
@@ -210,6 +236,7 @@ func (rt *runtime) desired(ctx context.Context) ([]executor.Action, *plans.Plan,
 type progress struct {
 	app      *App
 	redactor *secrets.Redactor
+	run      *runLog // also gets each line, uncoloured; nil: none
 }
 
 func newProgress(a *App, r *secrets.Redactor) *progress { return &progress{app: a, redactor: r} }
@@ -231,24 +258,29 @@ func (p *progress) event(ev executor.Event) {
 	if !ok {
 		v = [2]string{string(ev.Op) + "...", string(ev.Op) + " complete"}
 	}
-	color := func(c, s string) string {
-		if !p.app.color() {
-			return s
+	render := func(coloured bool) string {
+		color := func(c, s string) string {
+			if !coloured {
+				return s
+			}
+			return c + s + ansiReset
 		}
-		return c + s + ansiReset
+		switch ev.Phase {
+		case "start":
+			return fmt.Sprintf("%s: %s", color(ansiBold, ev.Addr), v[0])
+		case "done":
+			return fmt.Sprintf("%s: %s after %s", color(ansiBold, ev.Addr), color(ansiGreen, v[1]), ev.Elapsed.Round(time.Millisecond))
+		case "failed":
+			return fmt.Sprintf("%s: %s", color(ansiBold, ev.Addr), color(ansiRed, "failed: "+p.redactor.Redact(fmt.Sprint(ev.Err))))
+		}
+		return ""
 	}
-	var line string
-	switch ev.Phase {
-	case "start":
-		line = fmt.Sprintf("%s: %s", color(ansiBold, ev.Addr), v[0])
-	case "done":
-		line = fmt.Sprintf("%s: %s after %s", color(ansiBold, ev.Addr), color(ansiGreen, v[1]), ev.Elapsed.Round(time.Millisecond))
-	case "failed":
-		line = fmt.Sprintf("%s: %s", color(ansiBold, ev.Addr), color(ansiRed, "failed: "+p.redactor.Redact(fmt.Sprint(ev.Err))))
-	default:
+	line := render(p.app.color())
+	if line == "" {
 		return
 	}
 	fmt.Fprintln(p.app.Env.Stdout, line)
+	p.run.progress(render(false))
 }
 
 // summary renders a run's result line.

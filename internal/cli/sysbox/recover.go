@@ -27,7 +27,9 @@ changes nothing. apply, destroy and reset recover automatically before they star
 				return err
 			}
 			defer rt.close()
+			rt.beginRun("recover")
 			rep, err := rt.ex.Recover(cmd.Context())
+			rt.endRun(err)
 			if asJSON && rep != nil {
 				if werr := writeJSON(app.Env.Stdout, rep); werr != nil {
 					return werr

@@ -38,7 +38,9 @@ the prior generation after re-checking its ownership markers. No other node is t
 			if err != nil {
 				return err
 			}
+			rt.beginRun("reset")
 			res, err := rt.ex.Reset(cmd.Context(), executor.ResetRequest{Targets: targets, Desired: desired, Fingerprint: p.Fingerprint.ActionsDigest})
+			rt.endRun(err)
 			app.renderRecovered(res.Recovered)
 			if s := runSummary("Reset", res); s != "" && res.Done+len(res.Failed) > 0 {
 				fmt.Fprintln(app.Env.Stdout, s)

@@ -1,12 +1,14 @@
 package sysbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -120,7 +122,37 @@ const (
 	uiRunOpen       = "running"
 	uiRunEnded      = "ended"
 	uiRunUnreadable = "unreadable"
+	// uiRunInterrupted: the last run's file has no end and its process is gone.
+	uiRunInterrupted = "interrupted"
 )
+
+// lastRunView is the run panel of the last run's file.
+func lastRunView(lr *lastRun) *ui.Run {
+	r := &ui.Run{Op: lr.header.Command, Status: uiRunOpen, Seq: lr.skipped + 1, Lines: lr.lines,
+		Result: fmt.Sprintf("running (pid %d, started %s)", lr.header.PID, lr.header.At.Format(time.RFC3339))}
+	if r.Lines == nil {
+		r.Lines = []string{}
+	}
+	switch {
+	case lr.end != nil && lr.end.Error != "":
+		r.Status, r.Result = uiRunEnded, "failed: "+lr.end.Error
+	case lr.end != nil:
+		r.Status, r.Result = uiRunEnded, lr.header.Command+" complete"
+	case lr.interrupted:
+		r.Status, r.Result = uiRunInterrupted, fmt.Sprintf("interrupted: process %d is gone without an end (`sysbox recover` finishes it)", lr.header.PID)
+	}
+	// Concurrent workers report records out of Seq order.
+	recs := slices.SortedFunc(slices.Values(lr.records), func(a, b executor.Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	cs := make([]ui.Checkpoint, 0, len(recs))
+	for _, rec := range recs {
+		if rec.Type == ui.CheckpointRun {
+			r.ID = rec.Run
+		}
+		cs = append(cs, uiCheckpoint(rec))
+	}
+	r.Checkpoints = ui.LastCheckpoints(cs)
+	return r
+}
 
 // checkpointView is the run panel of `sysbox ui`: the run whose checkpoint log is in dir, with
 // its records as the executor's own reader returns them. The log exists only while a run is
@@ -135,6 +167,15 @@ type checkpointView struct {
 func (v *checkpointView) run() *ui.Run {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	// The last run's file, when there is one, has the progress lines and every record, also
+	// those written just before the checkpoint log was removed.
+	lr, err := readLastRun(v.dir)
+	if err != nil {
+		return &ui.Run{Status: uiRunUnreadable, Result: err.Error(), Lines: []string{}}
+	}
+	if lr != nil {
+		return lastRunView(lr)
+	}
 	it, err := executor.ReadLog(v.dir)
 	if err != nil {
 		return &ui.Run{Status: uiRunUnreadable, Result: err.Error(), Lines: []string{}}
