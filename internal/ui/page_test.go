@@ -24,7 +24,7 @@ func TestPageInChromium(t *testing.T) {
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	defer s.Close() // the page's event stream stays open until then
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 
 	const server = `#elements li[data-address="sysbox_node.server"]`
