@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -251,12 +252,16 @@ func TestDaemonRestartMidApplyRecovered(t *testing.T) {
 	// Find the first checkpoint at which the web container runs, kill the CLI there.
 	killedAt := 0
 	for n := 1; n <= 60 && killedAt == 0; n++ {
-		out, err := l.run([]string{"SYSBOX_EXEC_FAILPOINT=checkpoint@" + strconv.Itoa(n)}, "apply", "-auto-approve")
+		out, err := l.run([]string{"SYSBOX_EXEC_FAILPOINT=checkpoint@" + strconv.Itoa(n)}, "apply", "-auto-approve", "--parallelism", "1")
 		var ee *exec.ExitError
 		if err == nil || !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("apply with failpoint checkpoint@%d: got %v, want killed by the failpoint\n%s", n, err, out)
 		}
-		if cs := l.webContainers(); len(cs) == 1 && cs[0].State == "running" {
+		// The point must be mid-operation: the container runs but its create is not past
+		// wiring. One operation at a time keeps the records in one order; a kill after the
+		// web node's later steps (its create complete: the restart below would then be plain
+		// drift, found by refresh, not recovery) is skipped like one before the container runs.
+		if cs := l.webContainers(); len(cs) == 1 && cs[0].State == "running" && l.webStepMidCreate() {
 			killedAt = n
 			break
 		}
@@ -311,6 +316,24 @@ func TestDaemonRestartMidApplyRecovered(t *testing.T) {
 	if cs := l.webContainers(); len(cs) != 0 {
 		t.Fatalf("after destroy: %d web containers remain", len(cs))
 	}
+}
+
+// webStepMidCreate reports whether the interrupted run's checkpoint log leaves the web node's
+// create at "attached" or "wired": the container is running and recovery must finish the
+// operation. Records are JSON lines whose payload is embedded raw, an operation's address,
+// action and step first (executor.OpState's field order).
+func (l *e2eLab) webStepMidCreate() bool {
+	l.t.Helper()
+	b, err := os.ReadFile(filepath.Join(l.dir, ".sysbox", "checkpoint.log"))
+	if err != nil {
+		l.t.Fatalf("read the interrupted run's checkpoint log: %v", err)
+	}
+	re := regexp.MustCompile(`"address":"sysbox_node\.` + regexp.QuoteMeta(l.web) + `","action":"create","step":"([a-z-]+)"`)
+	last := ""
+	for _, m := range re.FindAllSubmatch(b, -1) {
+		last = string(m[1])
+	}
+	return last == "attached" || last == "wired"
 }
 
 // checkServes checks that every node is present, the probe reaches the web node through the
