@@ -242,6 +242,9 @@ func (f *Fake) Probe(ctx context.Context, spec Spec) (Info, error) {
 			return err
 		}
 		info = m.info()
+		if spec.NoCount {
+			info.Entries = -1
+		}
 		if err := checkDeclaredABI(spec.Declared, info, true); err != nil {
 			return fmt.Errorf("%s: pin %s: %w", where(spec), spec.Pin, err)
 		}

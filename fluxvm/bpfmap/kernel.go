@@ -260,8 +260,8 @@ func checkRestorable(snap, target Info) error {
 	return nil
 }
 
-// Probe opens the declared pin read-only, reads the live map's metadata, counts its entries and
-// checks it against the declared ABI and the policy (F9, F11). The returned Info is filled as
+// Probe opens the declared pin read-only, reads the live map's metadata, counts its entries
+// (unless spec.NoCount) and checks it against the declared ABI and the policy (F9, F11). The returned Info is filled as
 // far as it could be read, also when an error is returned.
 func (s *KernelStore) Probe(ctx context.Context, spec Spec) (Info, error) {
 	m, err := s.openMap(spec, true)
@@ -276,11 +276,13 @@ func (s *KernelStore) Probe(ctx context.Context, spec Spec) (Info, error) {
 	if info.BootID, err = s.BootID(); err != nil {
 		return info, fmt.Errorf("%s: %w", where(spec), err)
 	}
-	n, err := s.count(ctx, m, t, nil)
-	if err != nil {
-		return info, fmt.Errorf("%s: pin %s: count entries: %w", where(spec), spec.Pin, err)
+	if !spec.NoCount {
+		n, err := s.count(ctx, m, t, nil)
+		if err != nil {
+			return info, fmt.Errorf("%s: pin %s: count entries: %w", where(spec), spec.Pin, err)
+		}
+		info.Entries = n
 	}
-	info.Entries = n
 	if err := checkDeclaredABI(spec.Declared, info, true); err != nil {
 		return info, fmt.Errorf("%s: pin %s: %w", where(spec), spec.Pin, err)
 	}

@@ -229,6 +229,20 @@ func TestKernelHashUpgradeRoundTrip(t *testing.T) {
 	if _, err := s.Probe(ctx, bad); !errors.Is(err, ErrABIMismatch) || !strings.Contains(err.Error(), "value_size: declared 32, live 16") {
 		t.Errorf("Probe with declared value_size 32: got %v, want ErrABIMismatch naming value_size", err)
 	}
+	// NoCount: the same checks and metadata, entries left uncounted.
+	nc := spec
+	nc.NoCount = true
+	wantNC := wantInfo
+	wantNC.Entries = -1
+	if info, err := s.Probe(ctx, nc); err != nil {
+		t.Errorf("Probe NoCount: %v", err)
+	} else if d := cmp.Diff(wantNC, info); d != "" {
+		t.Errorf("Probe NoCount info (-want +got):\n%s", d)
+	}
+	bad.NoCount = true
+	if _, err := s.Probe(ctx, bad); !errors.Is(err, ErrABIMismatch) {
+		t.Errorf("Probe NoCount with declared value_size 32: got %v, want ErrABIMismatch", err)
+	}
 
 	// Snapshot before apply.
 	snap := filepath.Join(dir, "ct.snap")

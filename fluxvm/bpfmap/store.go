@@ -33,6 +33,9 @@ type Spec struct {
 	BPFFSRoot string // absolute path the pin must stay beneath
 	Policy    Policy
 	Declared  ABI
+	// NoCount makes Probe leave Info.Entries at -1: counting reads every entry (a full batch
+	// read of a 1M-entry map), and Run needs only the checks, not the count.
+	NoCount bool
 }
 
 // Info is what the live map says about itself.

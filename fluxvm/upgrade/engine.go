@@ -210,7 +210,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan) (Result, error) {
 	if t.view.begin != nil {
 		return t.result(), fmt.Errorf("transaction %s (%s): %w; use resume, rollback or status", p.TransactionID, t.view.state(), ErrTransactionExists)
 	}
-	rep := e.probe(ctx, p, false)
+	rep := e.probe(ctx, p, true)
 	if !rep.OK {
 		return Result{}, fmt.Errorf("transaction %s: %w:\n%s", p.TransactionID, ErrProbeFailed, rep.Problems())
 	}

@@ -903,3 +903,55 @@ func TestHookLogFailureLeavesStepNotStarted(t *testing.T) {
 		t.Errorf("hooks run by resume (-want +got):\n%s", diff)
 	}
 }
+
+// probeRecorder is the fake store, recording whether each Probe asked for an entry count.
+type probeRecorder struct {
+	*bpfmap.Fake
+	noCount []bool
+}
+
+func (s *probeRecorder) Probe(ctx context.Context, spec bpfmap.Spec) (bpfmap.Info, error) {
+	s.noCount = append(s.noCount, spec.NoCount)
+	return s.Fake.Probe(ctx, spec)
+}
+
+// Run's probe checks every map but does not count its entries (a full read of a large map that
+// Run never uses); Probe and Plan still count, for the headroom they report.
+func TestRunProbeDoesNotCountEntries(t *testing.T) {
+	r := newRig(t, "a", "b")
+	rec := &probeRecorder{Fake: r.store}
+	e := r.engine()
+	e.Store = rec
+	p := r.plan("tx-nocount")
+	if rep := e.Probe(context.Background(), p); !rep.OK || rep.Maps[0].Headroom == nil {
+		t.Fatalf("Probe: got %+v, want OK with headroom", rep)
+	}
+	if diff := cmp.Diff([]bool{false, false}, rec.noCount); diff != "" {
+		t.Errorf("Probe's store probes, NoCount (-want +got):\n%s", diff)
+	}
+	rec.noCount = nil
+	res, err := e.Run(context.Background(), p)
+	if err != nil || res.State != StateCommitted {
+		t.Fatalf("Run: got %v %v, want committed", res.State, err)
+	}
+	if diff := cmp.Diff([]bool{true, true}, rec.noCount); diff != "" {
+		t.Errorf("Run's store probes, NoCount (-want +got):\n%s", diff)
+	}
+
+	// Not counting does not skip the checks: a declared ABI the live map lacks still stops Run
+	// before anything runs.
+	rec.noCount = nil
+	q, err := ParsePlan("p", []byte(strings.Replace(r.planJSON("tx-abi"), `"value_size":1`, `"value_size":2`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Run(context.Background(), q); !errors.Is(err, ErrProbeFailed) || !strings.Contains(err.Error(), "value_size: declared 2, live 1") {
+		t.Errorf("Run with a wrong declared value_size: got %v, want ErrProbeFailed naming value_size", err)
+	}
+	if len(rec.noCount) == 0 || !rec.noCount[0] {
+		t.Errorf("Run's probes of the second plan: NoCount %v, want true", rec.noCount)
+	}
+	if o := r.takeOrder(); len(o) != 6 {
+		t.Errorf("hooks run: %v, want the 6 of the first run only", o)
+	}
+}

@@ -83,16 +83,17 @@ func IsBPFFS(path string) error {
 // the declared ABI and restorable under their policy, and ssh-keygen + key when signing. When
 // CheckBPFFS is set the bpffs root must be a bpf filesystem (the real store checks each pin too).
 func (e *Engine) Probe(ctx context.Context, p *Plan) ProbeReport {
-	return e.probe(ctx, p, true)
+	return e.probe(ctx, p, false)
 }
 
-// probe skips the lock check when the caller already holds the lock (Run).
-func (e *Engine) probe(ctx context.Context, p *Plan, checkLock bool) ProbeReport {
+// probe skips the lock check when the caller already holds the lock (Run). Run also skips
+// counting map entries (a full read of each map): it uses the checks, not the headroom.
+func (e *Engine) probe(ctx context.Context, p *Plan, inRun bool) ProbeReport {
 	r := ProbeReport{TransactionID: p.TransactionID, PlanSHA256: p.SHA256, Checks: []Check{}, Maps: []MapPlan{}}
 	if e.CheckBPFFS && hasMaps(p) {
 		r.add("$.bpffs_root", "bpffs mounted at "+p.BPFFSRoot, IsBPFFS(p.BPFFSRoot))
 	}
-	if !checkLock {
+	if inRun {
 		// the caller holds it
 	} else if locked, err := lockHeld(LockPath(p.StateDir, p.TransactionID)); err != nil {
 		r.add("$.transaction_id", "transaction lock free", fmt.Errorf("cannot tell: %w", err))
@@ -122,7 +123,9 @@ func (e *Engine) probe(ctx context.Context, p *Plan, checkLock bool) ProbeReport
 			m := &c.Maps[mi]
 			path := fmt.Sprintf("$.components[%d].maps[%d]", ci, mi)
 			mp := MapPlan{Component: c.Name, Map: m.Name, Pin: m.Pin, Policy: m.Policy, Action: mapAction(m.Policy)}
-			info, err := e.Store.Probe(ctx, p.Spec(c, m))
+			spec := p.Spec(c, m)
+			spec.NoCount = inRun
+			info, err := e.Store.Probe(ctx, spec)
 			if info.ID != 0 || info.Type != "" {
 				mp.Live = &info
 				if info.MaxEntries > 0 && info.Entries >= 0 {
