@@ -57,12 +57,22 @@ func TestDecodeRefusesInvalidJSONBehindValidChecksum(t *testing.T) {
 }
 
 func TestValueEndStopsAtTheText(t *testing.T) {
-	for _, in := range []string{`"abc`, `"a\"`, `{"a":[1,2}`, `[`} {
+	for _, in := range []string{`"abc`, `"a\"`, `"a\\\"`, `{"a":[1,2}`, `[`} {
 		if _, ok := valueEnd([]byte(in), 0); ok {
 			t.Errorf("valueEnd(%q) ok, want false (the text ends inside the value)", in)
 		}
 	}
-	if end, ok := valueEnd([]byte(`{"a":"}"} x`), 0); !ok || end != 9 {
-		t.Errorf("valueEnd of an object followed by text: %d, %v; want 9, true", end, ok)
+	for in, want := range map[string]int{
+		`{"a":"}"} x`:        9,
+		`"a\\" x`:            5,
+		`"a\\\"b" x`:         8,
+		`["\\\\",{"x":[]}],`: 17,
+		`123,`:               3,
+		`true}`:              4,
+		`{"a":"\"]"}]`:       11,
+	} {
+		if end, ok := valueEnd([]byte(in), 0); !ok || end != want {
+			t.Errorf("valueEnd(%q) = %d, %v; want %d, true", in, end, ok, want)
+		}
 	}
 }

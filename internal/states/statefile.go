@@ -326,21 +326,24 @@ func skipSpace(b []byte, i int) int {
 
 // valueEnd returns the end of the JSON value starting at b[i], by its extent only (strings,
 // nesting): ok is false when the text ends first. The value's bytes are validated by whoever
-// reads them.
+// reads them. It skips bytes that cannot end a value by a table and strings by IndexByte: the
+// resources array is nearly all of a state file.
 func valueEnd(b []byte, i int) (end int, ok bool) {
 	depth := 0
 	for j := i; j < len(b); j++ {
+		for j < len(b) && !structural[b[j]] {
+			j++
+		}
+		if j == len(b) {
+			break
+		}
 		switch b[j] {
 		case '"':
-			for j++; j < len(b) && b[j] != '"'; j++ {
-				if b[j] == '\\' {
-					j++
-				}
-			}
-			if j >= len(b) {
+			q, ok := stringEnd(b, j)
+			if !ok {
 				return len(b), false
 			}
-			if depth == 0 {
+			if j = q; depth == 0 {
 				return j + 1, true
 			}
 		case '{', '[':
@@ -353,7 +356,7 @@ func valueEnd(b []byte, i int) (end int, ok bool) {
 			if depth == 0 {
 				return j + 1, true
 			}
-		case ',', ' ', '\n', '\t', '\r':
+		default: // ',' or whitespace
 			if depth == 0 {
 				return j, true
 			}
@@ -361,6 +364,33 @@ func valueEnd(b []byte, i int) (end int, ok bool) {
 	}
 	return len(b), depth == 0
 }
+
+// stringEnd returns the index of the quote closing the string that opens at b[open].
+func stringEnd(b []byte, open int) (int, bool) {
+	for k := open + 1; ; {
+		q := bytes.IndexByte(b[k:], '"')
+		if q < 0 {
+			return 0, false
+		}
+		q += k
+		n := 0 // backslashes right before the quote: an odd number escapes it
+		for p := q - 1; p > open && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q, true
+		}
+		k = q + 1
+	}
+}
+
+// structural marks the bytes valueEnd stops at.
+var structural = func() (t [256]bool) {
+	for _, c := range []byte("\"{}[], \n\t\r") {
+		t[c] = true
+	}
+	return t
+}()
 
 // decodeResources decodes the resources array. Encode writes one resource per line, and a raw
 // newline cannot occur inside a JSON string, so each line is one element: lines are decoded in
