@@ -2,6 +2,7 @@ package config
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/customdecode"
@@ -33,8 +34,37 @@ type fastSpec struct {
 type fastAttr struct {
 	keys     []string // ObjectSpec keys naming this argument
 	ty       cty.Type
+	want     cty.Type  // ty without optional attributes: a value of this type needs no conversion
 	null     cty.Value // the value when absent
 	required bool
+	conv     atomic.Pointer[fastConv] // the last conversion built (decoders run in parallel)
+}
+
+// fastConv is a conversion to a fastAttr's type from in. Conversions are pure functions of
+// their types, so one serves every body whose argument has that type (the instances of a
+// counted resource); convert.Convert built it again for each.
+type fastConv struct {
+	in cty.Type
+	fn convert.Conversion
+}
+
+// convert is convert.Convert(v, fa.ty), reusing the last conversion built for v's type.
+func (fa *fastAttr) convert(v cty.Value) (cty.Value, bool) {
+	in := v.Type()
+	if in.Equals(fa.want) {
+		return v, true
+	}
+	c := fa.conv.Load()
+	if c == nil || !c.in.Equals(in) {
+		fn := convert.GetConversionUnsafe(in, fa.ty)
+		if fn == nil {
+			return cty.NilVal, false
+		}
+		c = &fastConv{in: in, fn: fn}
+		fa.conv.Store(c)
+	}
+	v, err := c.fn(v)
+	return v, err == nil
 }
 
 type fastBlock struct {
@@ -70,7 +100,8 @@ func compileFast(spec hcldec.Spec, resourceBody bool) *fastSpec {
 			}
 			a := fs.attrs[s.Name]
 			if a == nil {
-				a = &fastAttr{ty: s.Type, null: cty.NullVal(s.Type.WithoutOptionalAttributesDeep())}
+				want := s.Type.WithoutOptionalAttributesDeep()
+				a = &fastAttr{ty: s.Type, want: want, null: cty.NullVal(want)}
 				fs.attrs[s.Name] = a
 			} else if !a.ty.Equals(s.Type) {
 				return nil
@@ -137,8 +168,8 @@ func (fs *fastSpec) decode(body hcl.Body, labels []string, ctx *hcl.EvalContext)
 		if len(d) > 0 {
 			return cty.NilVal, false
 		}
-		v, err := convert.Convert(v, fa.ty)
-		if err != nil {
+		v, ok := fa.convert(v)
+		if !ok {
 			return cty.NilVal, false
 		}
 		for _, k := range fa.keys {

@@ -72,6 +72,9 @@ func TestFastDecode(t *testing.T) {
 			"attachment \"lan\" {\n network = net\n ipv4 = [\"192.0.2.1\"]\n}\nattachment \"wan\" {\n network = net.id\n}\n" +
 			"route {\n to = \"0.0.0.0/0\"\n via = \"192.0.2.254\"\n}\nroute {\n to = \"198.51.100.0/24\"\n}\n" +
 			"provisioner \"exec\" {\n command = [\"x\"]\n}\n", true},
+		// the same argument types as "all": its conversions are reused (fastAttr.convert)
+		{"conversions reused", "cpus = \"3\"\ncommand = [\"c\", upper(\"d\")]\n", true},
+		{"conversion reused, value refused", "cpus = \"three\"\n", false},
 		{"meta arguments hidden", "count = 3\ndepends_on = [x]\ncpus = 1\nlifecycle {\n prevent_destroy = true\n}\n", true},
 		{"unknown and marked", "cpus = 1\ndriver = later\ncommand = [secret]\n", true},
 		{"dynamic list elements", "cpus = 1\nany {\n v = 1\n}\nany {\n v = \"x\"\n}\n", false},

@@ -70,7 +70,7 @@ func staticFuncs() map[string]function.Function {
 			"uuidv5":     ctyuuid.V5Func,
 			"basename":   filesystem.BasenameFunc, "dirname": filesystem.DirnameFunc,
 			"cidrsubnets": withLenientPrefix(ctyfcidr.SubnetsFunc),
-			"cidrhost":    withLenientPrefix(ctyfcidr.HostFunc),
+			"cidrhost":    cidrHostFunc,
 			"cidrsubnet":  cidrSubnetFunc,
 			// funcs_cidr.go, funcs_tofu.go
 			"cidrnetmask": cidrNetmaskFunc, "cidrcontains": cidrContainsFunc,

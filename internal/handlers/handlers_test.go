@@ -306,3 +306,58 @@ resource "sysbox_artifact" "root" {
 		t.Errorf("deps: got %v, want the data source and the artifact", deps)
 	}
 }
+
+// KeepFromPrior keeps a prior MAC only for an attachment whose MAC is derived; otherwise it
+// returns the desired attributes as they are.
+func TestNodeKeepFromPrior(t *testing.T) {
+	rs := decode(t, `
+resource "sysbox_network" "lan" { ipv4_cidr = "198.51.100.0/24" }
+resource "sysbox_node" "n" {
+  attachment "lan" { network = sysbox_network.lan }
+  attachment "mgmt" {
+    network = sysbox_network.lan
+    mac     = "02:aa:bb:00:00:01"
+  }
+}`)
+	ri := rs["sysbox_node.n"]
+	desired := stored(t, ri)
+	var n handlers.Node
+	macs := func(b json.RawMessage) map[string]string {
+		var v struct {
+			Attachments map[string]struct {
+				MAC string `json:"mac"`
+			} `json:"attachment"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		out := map[string]string{}
+		for k, a := range v.Attachments {
+			out[k] = a.MAC
+		}
+		return out
+	}
+	derived := macs(desired)["lan"]
+	for _, tc := range []struct {
+		name, prior string
+		want        map[string]string
+	}{
+		{"same MACs", string(desired), map[string]string{"lan": derived, "mgmt": "02:aa:bb:00:00:01"}},
+		{"derived MAC differs: kept", `{"attachment":{"lan":{"mac":"02:00:00:00:00:99"},"mgmt":{"mac":"02:00:00:00:00:98"}}}`,
+			map[string]string{"lan": "02:00:00:00:00:99", "mgmt": "02:aa:bb:00:00:01"}},
+		{"configured MAC differs: compared as configured", `{"attachment":{"mgmt":{"mac":"02:00:00:00:00:98"}}}`,
+			map[string]string{"lan": derived, "mgmt": "02:aa:bb:00:00:01"}},
+		{"no prior MAC", `{"attachment":{"lan":{}}}`, map[string]string{"lan": derived, "mgmt": "02:aa:bb:00:00:01"}},
+	} {
+		got, err := n.KeepFromPrior(ri, json.RawMessage(tc.prior), desired)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if m := macs(got); m["lan"] != tc.want["lan"] || m["mgmt"] != tc.want["mgmt"] {
+			t.Errorf("%s: MACs %v, want %v", tc.name, m, tc.want)
+		}
+	}
+	if _, err := n.KeepFromPrior(ri, json.RawMessage(`{`), desired); err == nil || !strings.Contains(err.Error(), "prior attributes") {
+		t.Errorf("torn prior attributes: got %v, want an error naming them", err)
+	}
+}

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -322,6 +323,9 @@ func (*Node) KeepFromPrior(ri *config.ResourceInstance, prior, desired json.RawM
 	if err != nil {
 		return nil, err
 	}
+	if bytes.Equal(prior, desired) {
+		return desired, nil // every MAC is the prior one already (the no-change plan)
+	}
 	var p struct {
 		Attachments map[string]struct {
 			MAC string `json:"mac"`
@@ -330,11 +334,22 @@ func (*Node) KeepFromPrior(ri *config.ResourceInstance, prior, desired json.RawM
 	if err := json.Unmarshal(prior, &p); err != nil {
 		return nil, fmt.Errorf("prior attributes: %w", err)
 	}
+	// desired is c marshalled (Desired), so its attachments' MACs are c's: decode it only when
+	// a MAC is kept (a no-change plan of N nodes decoded N configurations for nothing).
+	keep := false
+	for name, at := range c.Attachments {
+		if pa, ok := p.Attachments[name]; ok && pa.MAC != "" && at.MACDerived && pa.MAC != at.MAC {
+			keep = true
+			break
+		}
+	}
+	if !keep {
+		return desired, nil
+	}
 	var d NodeConfig
 	if err := json.Unmarshal(desired, &d); err != nil {
 		return nil, fmt.Errorf("desired attributes: %w", err)
 	}
-	kept := false
 	for name, at := range d.Attachments {
 		pa, ok := p.Attachments[name]
 		if !ok || pa.MAC == "" || !c.Attachments[name].MACDerived || pa.MAC == at.MAC {
@@ -342,10 +357,6 @@ func (*Node) KeepFromPrior(ri *config.ResourceInstance, prior, desired json.RawM
 		}
 		at.MAC = pa.MAC
 		d.Attachments[name] = at
-		kept = true
-	}
-	if !kept {
-		return desired, nil
 	}
 	return marshalStored(d)
 }

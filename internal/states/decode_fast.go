@@ -219,6 +219,9 @@ func (p *scan) digits() (string, bool) {
 	if j == start || j < len(p.b) && (p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E') {
 		return "", false
 	}
+	if p.b[start] == '0' && j-start > 1 {
+		return "", false // a leading zero is not JSON (nothing validated the line before)
+	}
 	s := string(p.b[p.i:j])
 	p.i = j
 	return s, true
@@ -253,8 +256,8 @@ func (p *scan) time(dst *time.Time) bool {
 	return dst.UnmarshalJSON(p.b[start:p.i]) == nil
 }
 
-// raw reads one JSON value's bytes (the document was validated as a whole before, so only the
-// extent is found here) and copies them, as encoding/json does for a json.RawMessage.
+// raw reads one JSON value's bytes (its extent, then json.Valid in take) and copies them, as
+// encoding/json does for a json.RawMessage.
 func (p *scan) raw(dst *[]byte) bool {
 	start, depth := p.i, 0
 	for j := p.i; j < len(p.b); j++ {

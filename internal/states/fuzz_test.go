@@ -23,6 +23,9 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if !json.Valid(data) {
+			t.Fatalf("accepted a document that is not JSON:\n%s", data)
+		}
 		once, err := Encode(st)
 		if err != nil {
 			t.Fatalf("accepted state does not encode: %v", err)
@@ -56,6 +59,9 @@ func FuzzDecodeResources(f *testing.F) {
 		st, err := Decode(doc)
 		if err != nil {
 			return
+		}
+		if !json.Valid(doc) {
+			t.Fatalf("accepted a document that is not JSON:\n%s", doc)
 		}
 		once, err := Encode(st)
 		if err != nil {
