@@ -375,11 +375,30 @@ func addOutput(m *Module, b *hcl.Block) hcl.Diagnostics {
 }
 
 func checkName(kind, name string, r hcl.Range) hcl.Diagnostics {
-	if !hclsyntax.ValidIdentifier(name) {
+	if !validIdentifier(name) {
 		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid " + kind + " name",
 			Detail: fmt.Sprintf("%q is not a valid name: expected a letter or underscore followed by letters, digits, underscores or dashes", name), Subject: r.Ptr()}}
 	}
 	return nil
+}
+
+// validIdentifier is hclsyntax.ValidIdentifier, which runs the lexer (a token slice, grapheme
+// segmentation) for every name, twice per resource; an ASCII name is checked here directly.
+func validIdentifier(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return hclsyntax.ValidIdentifier(s)
+		}
+	}
+	if s == "" || !isIdentStart(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if !isIdentByte(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 var substrateSchema = &hcl.BodySchema{

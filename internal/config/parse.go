@@ -14,10 +14,11 @@ import (
 const chunkTarget = 2048
 
 // parseConfig parses src like hclsyntax.ParseConfig(src, filename, hcl.InitialPos), in pieces
-// split between top-level blocks, and returns the same file and diagnostics. A split is only
-// taken at the start of a line that begins with a letter right after a line that is exactly
-// "}". Such a line may still lie inside a heredoc, a comment or a multi-line expression; then
-// the piece before it ends inside that construct and fails to parse. So if any piece has a
+// split between top-level blocks, each by parseFast when it can, and returns the same file and
+// diagnostics. A split is only taken at the start of a line that begins with a letter right
+// after a line that is exactly "}". Such a line may still lie inside a heredoc, a comment or a
+// multi-line expression; then the piece before it ends inside that construct and fails to
+// parse (parseFast accepts only pieces whose constructs all close). So if any piece has a
 // diagnostic, or two pieces set the same top-level argument (the parser's "Attribute
 // redefined" check spans the whole body), the whole source is parsed again in one go.
 func parseConfig(src []byte, filename string) (*hcl.File, hcl.Diagnostics) {
@@ -26,9 +27,6 @@ func parseConfig(src []byte, filename string) (*hcl.File, hcl.Diagnostics) {
 
 func parsePieces(src []byte, filename string, target int) (*hcl.File, hcl.Diagnostics) {
 	cuts := chunkCuts(src, target)
-	if len(cuts) == 0 {
-		return hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
-	}
 	var root *hcl.File
 	var body *hclsyntax.Body
 	begin := hcl.InitialPos
@@ -37,15 +35,31 @@ func parsePieces(src []byte, filename string, target int) (*hcl.File, hcl.Diagno
 		if i < len(cuts) {
 			end = cuts[i].Byte
 		}
-		f, d := hclsyntax.ParseConfig(src[begin.Byte:end], filename, begin)
-		if len(d) > 0 {
-			return hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+		b, ok := parseFast(src[begin.Byte:end], filename, begin)
+		var f *hcl.File
+		if !ok {
+			if len(cuts) == 0 {
+				return hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+			}
+			var d hcl.Diagnostics
+			f, d = hclsyntax.ParseConfig(src[begin.Byte:end], filename, begin)
+			if len(d) > 0 {
+				return hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+			}
+			b = f.Body.(*hclsyntax.Body)
 		}
-		b := f.Body.(*hclsyntax.Body)
 		if root == nil {
 			// The first piece's file keeps its navigation (diagnostic context) pointing at
-			// its body, which becomes the whole file's body.
-			root, body = f, b
+			// its body, which becomes the whole file's body. A fast-parsed piece has no file:
+			// an empty one is made and its body replaced.
+			if f == nil {
+				f, _ = hclsyntax.ParseConfig(nil, filename, begin)
+				body = f.Body.(*hclsyntax.Body)
+				*body = *b
+			} else {
+				body = b
+			}
+			root = f
 		} else {
 			for name, a := range b.Attributes {
 				if _, dup := body.Attributes[name]; dup {
