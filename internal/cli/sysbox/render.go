@@ -1,6 +1,7 @@
 package sysbox
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,7 +32,11 @@ var actionStyle = map[plans.Action]struct{ sym, color string }{
 
 // renderPlan prints the plan for people. No-op actions are summarised, not listed, unless they
 // carry changes without effect.
-func renderPlan(w io.Writer, p *plans.Plan, color bool) {
+func renderPlan(out io.Writer, p *plans.Plan, color bool) {
+	// Two writes per action went straight to stdout: 22,000 system calls for 11,000 creates
+	// (each a terminal round trip when stdout is one). Buffered, they are a few dozen.
+	w := bufio.NewWriterSize(out, 64<<10)
+	defer w.Flush()
 	paint := func(c, s string) string {
 		if !color || c == "" {
 			return s
