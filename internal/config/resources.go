@@ -785,7 +785,16 @@ func needsScan(v cty.Value, top bool) bool {
 		return false
 	}
 	ty := v.Type()
-	if ty.IsObjectType() || ty.IsTupleType() || ty.IsListType() || ty.IsMapType() || ty.IsSetType() {
+	switch {
+	case ty.IsObjectType():
+		// In any order: an object's ElementIterator sorts its attribute names (a slice and a
+		// sort per object, three objects per node).
+		for name := range ty.AttributeTypes() {
+			if needsScan(v.GetAttr(name), false) {
+				return true
+			}
+		}
+	case ty.IsTupleType() || ty.IsListType() || ty.IsMapType() || ty.IsSetType():
 		for it := v.ElementIterator(); it.Next(); {
 			if _, e := it.Element(); needsScan(e, false) {
 				return true
