@@ -49,24 +49,33 @@ func decodeGraphPlan(tb testing.TB, dir string) int {
 }
 
 func BenchmarkDecodeGraphPlan(b *testing.B) {
+	type bcase struct {
+		shape Shape
+		n     int
+	}
+	var cases []bcase
 	for _, shape := range []Shape{Chain, FanOut} {
 		for _, n := range []int{1000, 10000, 50000} {
-			b.Run(fmt.Sprintf("%s/%d", shape, n), func(b *testing.B) {
-				dir := b.TempDir()
-				if err := Generate(dir, shape, n); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				cpu0 := cpuTime()
-				for i := 0; i < b.N; i++ {
-					if got := decodeGraphPlan(b, dir); got != n {
-						b.Fatalf("got %d actions, want %d", got, n)
-					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/resource")
-				b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
-			})
+			cases = append(cases, bcase{shape, n})
 		}
+	}
+	cases = append(cases, bcase{DepChain, 11000}) // issue 16's topology (bench/plan/cli.sh)
+	for _, c := range cases {
+		b.Run(fmt.Sprintf("%s/%d", c.shape, c.n), func(b *testing.B) {
+			dir := b.TempDir()
+			if err := Generate(dir, c.shape, c.n); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				if got := decodeGraphPlan(b, dir); got != c.n {
+					b.Fatalf("got %d actions, want %d", got, c.n)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(c.n), "µs/resource")
+			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+		})
 	}
 }
 
