@@ -63,6 +63,9 @@ const (
 	ftCParen
 )
 
+// punct maps the bytes that are one-byte tokens by themselves to their kinds (others: ftEOF).
+var punct = [256]ftKind{'{': ftOBrace, '}': ftCBrace, '[': ftOBrack, ']': ftCBrack, ',': ftComma, '(': ftOParen, ')': ftCParen}
+
 type ftoken struct {
 	kind       ftKind
 	start, end int // byte offsets in src
@@ -174,20 +177,8 @@ func (p *fastParser) peek(nl bool) (ftoken, bool) {
 			return ftoken{}, false
 		}
 		return one(ftEqual)
-	case c == '{':
-		return one(ftOBrace)
-	case c == '}':
-		return one(ftCBrace)
-	case c == '[':
-		return one(ftOBrack)
-	case c == ']':
-		return one(ftCBrack)
-	case c == ',':
-		return one(ftComma)
-	case c == '(':
-		return one(ftOParen)
-	case c == ')':
-		return one(ftCParen)
+	case punct[c] != ftEOF:
+		return one(punct[c])
 	case c == '.':
 		if i+1 < len(p.src) && p.src[i+1] == '.' {
 			return ftoken{}, false // an ellipsis
@@ -372,29 +363,40 @@ func (p *fastParser) expr(nl bool) (hclsyntax.Expression, hcl.Range, bool) {
 }
 
 // tuple parses a tuple constructor whose opening bracket (at openRange) has been read, and
-// returns it with the range of its closing bracket. Inside brackets newlines are insignificant.
+// returns it with the range of its closing bracket.
 func (p *fastParser) tuple(openRange hcl.Range) (hclsyntax.Expression, hcl.Range, bool) {
 	if t, ok := p.peek(false); !ok || t.kind == ftIdent && string(p.src[t.start:t.end]) == "for" {
 		return nil, hcl.Range{}, false // a for expression
 	}
-	tc := &hclsyntax.TupleConsExpr{OpenRange: openRange}
+	exprs, closeRange, ok := p.exprList(ftCBrack)
+	if !ok {
+		return nil, hcl.Range{}, false
+	}
+	return &hclsyntax.TupleConsExpr{Exprs: exprs, SrcRange: hcl.RangeBetween(openRange, closeRange), OpenRange: openRange}, closeRange, true
+}
+
+// exprList parses expressions separated by commas (a trailing one allowed) up to the closing
+// token close, which it reads, and returns them with its range. Inside brackets and parentheses
+// newlines are insignificant.
+func (p *fastParser) exprList(close ftKind) ([]hclsyntax.Expression, hcl.Range, bool) {
+	var exprs []hclsyntax.Expression
 	for {
 		t, ok := p.peek(false)
 		if !ok {
 			return nil, hcl.Range{}, false
 		}
-		if t.kind == ftCBrack {
+		if t.kind == close {
 			break
 		}
 		e, _, ok := p.expr(false)
 		if !ok {
 			return nil, hcl.Range{}, false
 		}
-		tc.Exprs = append(tc.Exprs, e)
+		exprs = append(exprs, e)
 		if t, ok = p.peek(false); !ok {
 			return nil, hcl.Range{}, false
 		}
-		if t.kind == ftCBrack {
+		if t.kind == close {
 			break
 		}
 		if t.kind != ftComma {
@@ -403,9 +405,7 @@ func (p *fastParser) tuple(openRange hcl.Range) (hclsyntax.Expression, hcl.Range
 		p.off = t.end
 	}
 	cl, _ := p.read(false)
-	closeRange := p.rng(cl)
-	tc.SrcRange = hcl.RangeBetween(openRange, closeRange)
-	return tc, closeRange, true
+	return exprs, p.rng(cl), true
 }
 
 // template parses a quoted template with interpolations whose opening quote open (at
@@ -462,35 +462,13 @@ func (p *fastParser) template(open ftoken, openRange hcl.Range) (hclsyntax.Expre
 }
 
 // call parses a function call whose name (at nameRange) has been read and is followed by its
-// opening parenthesis. Inside the parentheses newlines are insignificant.
+// opening parenthesis.
 func (p *fastParser) call(name ftoken, nameRange hcl.Range) (hclsyntax.Expression, hcl.Range, bool) {
 	open, _ := p.read(false)
 	fc := &hclsyntax.FunctionCallExpr{Name: string(p.src[name.start:name.end]), NameRange: nameRange, OpenParenRange: p.rng(open)}
-	for {
-		t, ok := p.peek(false)
-		if !ok {
-			return nil, hcl.Range{}, false
-		}
-		if t.kind == ftCParen {
-			break
-		}
-		e, _, ok := p.expr(false)
-		if !ok {
-			return nil, hcl.Range{}, false
-		}
-		fc.Args = append(fc.Args, e)
-		if t, ok = p.peek(false); !ok {
-			return nil, hcl.Range{}, false
-		}
-		if t.kind == ftCParen {
-			break
-		}
-		if t.kind != ftComma {
-			return nil, hcl.Range{}, false
-		}
-		p.off = t.end
+	var ok bool
+	if fc.Args, fc.CloseParenRange, ok = p.exprList(ftCParen); !ok {
+		return nil, hcl.Range{}, false
 	}
-	cl, _ := p.read(false)
-	fc.CloseParenRange = p.rng(cl)
 	return fc, fc.CloseParenRange, true
 }
