@@ -164,11 +164,14 @@ func (fs *fastSpec) decode(body hcl.Body, labels []string, ctx *hcl.EvalContext)
 		if fa == nil {
 			return cty.NilVal, false
 		}
-		v, d := a.Expr.Value(ctx)
-		if len(d) > 0 {
-			return cty.NilVal, false
+		v, ok := literalValue(a.Expr)
+		if !ok {
+			var d hcl.Diagnostics
+			if v, d = a.Expr.Value(ctx); len(d) > 0 {
+				return cty.NilVal, false
+			}
 		}
-		v, ok := fa.convert(v)
+		v, ok = fa.convert(v)
 		if !ok {
 			return cty.NilVal, false
 		}
@@ -261,6 +264,34 @@ func (fs *fastSpec) decodeBlocks(sb *hclsyntax.Body, ctx *hcl.EvalContext, vals 
 		}
 	}
 	return true
+}
+
+// literalValue is expr's value when expr is a quoted string without interpolations, or a
+// tuple of such strings: the value Value returns, without rendering each string as a template
+// (a buffer, a copy and a normalisation per string; most strings of a topology are plain).
+func literalValue(expr hclsyntax.Expression) (cty.Value, bool) {
+	switch e := expr.(type) {
+	case *hclsyntax.TemplateExpr:
+		if len(e.Parts) != 1 {
+			return cty.NilVal, false
+		}
+		l, ok := e.Parts[0].(*hclsyntax.LiteralValueExpr)
+		if !ok || l.Val.Type() != cty.String || l.Val.IsNull() || !l.Val.IsKnown() || l.Val.IsMarked() {
+			return cty.NilVal, false
+		}
+		return l.Val, true
+	case *hclsyntax.TupleConsExpr:
+		vals := make([]cty.Value, len(e.Exprs))
+		for i, x := range e.Exprs {
+			v, ok := literalValue(x)
+			if !ok {
+				return cty.NilVal, false
+			}
+			vals[i] = v
+		}
+		return cty.TupleVal(vals), true
+	}
+	return cty.NilVal, false
 }
 
 // checkFastDecode, when set (by this package's tests), is called with every value the fast
