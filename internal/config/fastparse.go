@@ -102,10 +102,12 @@ func isIdentStart(c byte) bool { return isASCIILetter(c) || c == '_' }
 
 func isIdentByte(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' || c == '-' }
 
-// peek returns the next token, skipping spaces and, unless nl, newlines (as hclsyntax's peeker
-// does inside brackets); false for anything outside the subset.
-func (p *fastParser) peek(nl bool) (ftoken, bool) {
-	i := p.off
+// skip moves past spaces, comments and (unless nl) newlines from p.off and returns where the
+// next token starts. Where newlines count, a line comment with its newline stands for that
+// newline (its range the comment's): it is returned as that token, with comment set. A line
+// comment without one (at the end) is skipped. false: an unterminated block comment.
+func (p *fastParser) skip(nl bool) (i int, comment ftoken, ok bool) {
+	i = p.off
 	for i < len(p.src) {
 		c := p.src[i]
 		if c == ' ' || c == '\n' && !nl {
@@ -113,15 +115,13 @@ func (p *fastParser) peek(nl bool) (ftoken, bool) {
 			continue
 		}
 		if c == '#' || c == '/' && i+1 < len(p.src) && p.src[i+1] == '/' {
-			// A line comment: with its newline, it stands for that newline (its range the
-			// comment's) where newlines count; one without (at the end) is skipped.
 			j := bytes.IndexByte(p.src[i:], '\n')
 			if j < 0 {
 				i = len(p.src)
 				continue
 			}
 			if nl {
-				return ftoken{kind: ftNewline, start: i, end: i + j + 1}, true
+				return i, ftoken{kind: ftNewline, start: i, end: i + j + 1}, true
 			}
 			i += j + 1
 			continue
@@ -129,12 +129,25 @@ func (p *fastParser) peek(nl bool) (ftoken, bool) {
 		if c == '/' && i+1 < len(p.src) && p.src[i+1] == '*' {
 			j := bytes.Index(p.src[i+2:], []byte("*/"))
 			if j < 0 {
-				return ftoken{}, false
+				return i, ftoken{}, false
 			}
 			i += 2 + j + 2
 			continue
 		}
 		break
+	}
+	return i, ftoken{}, true
+}
+
+// peek returns the next token, skipping spaces, comments and, unless nl, newlines (as
+// hclsyntax's peeker does inside brackets); false for anything outside the subset.
+func (p *fastParser) peek(nl bool) (ftoken, bool) {
+	i, comment, ok := p.skip(nl)
+	if !ok {
+		return ftoken{}, false
+	}
+	if comment.end > 0 {
+		return comment, true
 	}
 	if i == len(p.src) {
 		return ftoken{kind: ftEOF, start: i, end: i}, true
