@@ -11,16 +11,18 @@ import (
 // parseFast parses src, a piece of a topology file that starts at start, into the body
 // hclsyntax.ParseConfig returns for it, when src keeps to the plain subset generated and
 // hand-written topologies mostly use: blocks with quoted or bare labels, and arguments whose
-// values are plain quoted strings, whole numbers, true/false/null, references (a.b.c) and
-// tuples of these, with comments, in printable ASCII with spaces and LF line ends.
+// values are quoted strings (with ${...} interpolations), whole numbers, true/false/null,
+// references (a.b.c), function calls and tuples of these, with comments, in printable ASCII
+// with spaces and LF line ends.
 //
 // hclsyntax first lexes the whole input into a token slice, working out each token's column by
 // Unicode grapheme segmentation, then parses the tokens; for this subset the columns are byte
 // offsets and no token needs to be kept, so most of that work is not needed. On anything else
-// (templates, escapes, heredocs, operators, function calls, tabs, CR, non-ASCII, a syntax
-// error, a repeated argument) parseFast returns false and the caller parses with hclsyntax,
-// which also reports the diagnostics. The result must equal hclsyntax's in every field and
-// range: FuzzParsePieces compares the two.
+// (escapes, %{...} directives, strip markers, heredocs, operators, objects, for expressions,
+// indexes and splats, tabs, CR, non-ASCII, a syntax error, a repeated argument) parseFast
+// returns false and the caller parses with hclsyntax, which also reports the diagnostics. The
+// result must equal hclsyntax's in every field and range: TestParseFast, FuzzParseFast and
+// FuzzParsePieces compare the two.
 func parseFast(src []byte, filename string, start hcl.Pos) (*hclsyntax.Body, bool) {
 	if start.Column != 1 {
 		return nil, false
