@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -59,6 +60,20 @@ func TestKernelVethIntoPidNamespace(t *testing.T) {
 	obs, err := ObserveVeth(ctx, v, nodeOwner)
 	if err != nil || obs.Status != substrate.Present {
 		t.Fatalf("ObserveVeth: got %+v, %v; want present", obs, err)
+	}
+	// The host side is a bridge port: no IPv6 of its own (disablePortIPv6).
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil {
+		b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + v.HostName + "/disable_ipv6")
+		if err != nil || strings.TrimSpace(string(b)) != "1" {
+			t.Errorf("host side %s: disable_ipv6 = %q (%v), want 1", v.HostName, b, err)
+		}
+		host, err := netlink.LinkByName(v.HostName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addrs, err := netlink.AddrList(host, netlink.FAMILY_V6); err != nil || len(addrs) != 0 {
+			t.Errorf("host side %s: IPv6 addresses %v (%v), want none", v.HostName, addrs, err)
+		}
 	}
 	nh, err := ns.Netlink()
 	if err != nil {

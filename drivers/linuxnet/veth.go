@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"time"
 
@@ -79,7 +80,8 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 		mtu = br.Attrs().MTU
 	}
 	v := &netlink.Veth{
-		LinkAttrs:        netlink.LinkAttrs{Name: spec.HostName, MTU: mtu, TxQLen: -1, Flags: net.FlagUp},
+		// Down until IPv6 is off on it (wireVeth).
+		LinkAttrs:        netlink.LinkAttrs{Name: spec.HostName, MTU: mtu, TxQLen: -1},
 		PeerName:         spec.NodeName,
 		PeerHardwareAddr: spec.MAC,
 		PeerNamespace:    netlink.NsFd(int(ns)),
@@ -169,15 +171,19 @@ func removeLeftoverNodeSide(nh *netlink.Handle, spec VethSpec, where string) err
 	return nil
 }
 
-// wireVeth marks the new pair on both sides, enslaves the host side to br, and addresses and
-// brings up the node side, which it returns.
+// wireVeth marks the new pair on both sides, turns IPv6 off on the host side, enslaves it to br
+// and brings it up, and addresses and brings up the node side, which it returns.
 func wireVeth(nh *netlink.Handle, v *netlink.Veth, br netlink.Link, spec VethSpec, prefixes []*netlink.Addr, where string) (netlink.Link, error) {
 	marker := spec.Owner.Marker()
 	if err := netlink.LinkSetAlias(v, marker); err != nil { // ignored on creation by the kernel
 		return nil, fmt.Errorf("%s: mark: %w", where, err)
 	}
+	disablePortIPv6(spec.HostName)
 	if err := netlink.LinkSetMasterByIndex(v, br.Attrs().Index); err != nil {
 		return nil, fmt.Errorf("%s: enslave to %s: %w", where, spec.Bridge, err)
+	}
+	if err := netlink.LinkSetUp(v); err != nil {
+		return nil, fmt.Errorf("%s: up: %w", where, err)
 	}
 	peer, err := nh.LinkByName(spec.NodeName)
 	if err != nil {
@@ -195,6 +201,17 @@ func wireVeth(nh *netlink.Handle, v *netlink.Veth, br netlink.Link, spec VethSpe
 		return nil, fmt.Errorf("%s: node side %s: up: %w", where, spec.NodeName, err)
 	}
 	return peer, nil
+}
+
+// disablePortIPv6 turns IPv6 off on a bridge port before it comes up. A port forwards frames
+// (IPv6 ones included); it needs no addresses of its own. With IPv6 on, each port adds a
+// link-local address, its routes and multicast state to the host namespace, and every later
+// link deletion there walks all of them: deleting a veth cost 4.1 ms of kernel time with 1,000
+// ports against 1.5 ms with IPv6 off (1.9 ms at 100 ports with it on). Only a saving: where
+// the setting cannot be written (no IPv6, a read-only /proc/sys) the port keeps IPv6, as
+// before.
+func disablePortIPv6(name string) {
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", []byte("1\n"), 0o644)
 }
 
 // ObserveVeth reports a pair: Absent when the host side or the namespace is gone (a veth pair

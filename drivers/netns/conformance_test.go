@@ -53,7 +53,7 @@ func harness(d *Driver, busybox string) drivertest.Harness {
 // foreignNetns mounts an unmarked namespace at name, as `ip netns add` would.
 func foreignNetns(t drivertest.T, d *Driver, name string) func() bool {
 	path := d.nsPath(name)
-	if err := createNamedNetns(path); err != nil {
+	if err := createNamedNetns(path, nil); err != nil {
 		t.Fatalf("foreign netns %s: %v", name, err)
 	}
 	t.Cleanup(func() { _ = removeNamedNetns(path) })

@@ -49,7 +49,7 @@ func TestKernelCrashWindowsAdoptedOnlyWithIntent(t *testing.T) {
 	if err := l.d.writeSidecar(sidecar{Marker: other.Marker(), Netns: n2}); err != nil {
 		t.Fatal(err)
 	}
-	if err := createNamedNetns(l.d.nsPath(n2)); err != nil {
+	if err := createNamedNetns(l.d.nsPath(n2), nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = removeNamedNetns(l.d.nsPath(n2)) })

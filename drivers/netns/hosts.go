@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -144,36 +143,28 @@ func (s *templateSet) retire(t *mountTemplate) {
 	}
 }
 
-// newMountTemplate makes a template on a thread of its own and returns a descriptor of it.
+// newMountTemplate makes a template on a thread of its own and returns a descriptor of it. The
+// thread stays in the template's mount namespace and ends with its goroutine (onThread).
 func newMountTemplate(netnsDir string) (int, error) {
-	type result struct {
-		fd  int
-		err error
+	fd := -1
+	err := onThread(func() (bool, error) {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return true, fmt.Errorf("unshare mount namespace: %w", err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+			return false, fmt.Errorf("make mounts slaves: %w", err)
+		}
+		if err := unix.Unmount(netnsDir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return false, fmt.Errorf("detach %s: %w", netnsDir, err)
+		}
+		var err error
+		fd, err = unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		return false, err
+	})
+	if err != nil {
+		return -1, fmt.Errorf("template mount namespace: %w", err)
 	}
-	c := make(chan result, 1)
-	go func() {
-		// The thread is left in the template's mount namespace: never unlocked, it exits with
-		// this goroutine.
-		runtime.LockOSThread()
-		fd, err := func() (int, error) {
-			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-				return -1, fmt.Errorf("unshare mount namespace: %w", err)
-			}
-			if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-				return -1, fmt.Errorf("make mounts slaves: %w", err)
-			}
-			if err := unix.Unmount(netnsDir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-				return -1, fmt.Errorf("detach %s: %w", netnsDir, err)
-			}
-			return unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/mnt", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		}()
-		c <- result{fd, err}
-	}()
-	r := <-c
-	if r.err != nil {
-		return -1, fmt.Errorf("template mount namespace: %w", r.err)
-	}
-	return r.fd, nil
+	return fd, nil
 }
 
 // hostsResidue lists hosts files carrying topology's marker whose namespace is not listed.

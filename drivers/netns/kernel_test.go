@@ -160,6 +160,15 @@ func TestKernelTrafficObserveAndDestroy(t *testing.T) {
 	if !l.ping(a, "198.51.100.11") || !l.ping(b, "198.51.100.10") {
 		t.Fatalf("ping between nodes on one bridge failed")
 	}
+	// Bridged IPv6 still flows with IPv6 off on the bridge ports (the host ends): a reaches b's
+	// link-local address once duplicate address detection has let both use theirs.
+	bLL := linkLocal(t, l, b, "lan")
+	for deadline := time.Now().Add(20 * time.Second); l.exec(a, l.busybox, "ping6", "-c", "1", "-W", "1", "-I", "lan", bLL).ExitCode != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("ping6 -I lan %s from a: no reply within 20 s", bLL)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if got, want := a.atts[0].MAC, linuxnet.DefaultMAC("sysbox_node.a", "lan").String(); got != want {
 		t.Errorf("default MAC: got %s, want %s", got, want)
 	}
@@ -351,6 +360,37 @@ func TestKernelResetKeepsAddressesAndSparesNeighbours(t *testing.T) {
 	}
 }
 
+// linkLocal waits (bounded) for the IPv6 link-local address of interface ifname inside n.
+func linkLocal(t *testing.T, l *lab, n *testNode, ifname string) string {
+	t.Helper()
+	ns, err := l.d.NodeNetns(context.Background(), n.h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nh, err := ns.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nh.Close()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		link, err := nh.LinkByName(ifname)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, err := nh.AddrList(link, netlink.FAMILY_V6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			if a.IP.IsLinkLocalUnicast() {
+				return a.IP.String()
+			}
+		}
+	}
+	t.Fatalf("%s in %s: no IPv6 link-local address within 10 s", ifname, n.owner.Address)
+	return ""
+}
+
 func observePid(t *testing.T, l *lab, n *testNode) string {
 	t.Helper()
 	obs, err := l.d.ObserveNode(context.Background(), n.h, n.owner)
@@ -386,7 +426,7 @@ func TestKernelForeignObjectsWithCollidingNamesAreNeverDeleted(t *testing.T) {
 
 	nodeOwner := l.owner("sysbox_node", "sysbox_node.a")
 	nsName := NetnsName(nodeOwner)
-	if err := createNamedNetns(l.d.nsPath(nsName)); err != nil {
+	if err := createNamedNetns(l.d.nsPath(nsName), nil); err != nil {
 		t.Fatalf("create foreign netns: %v", err)
 	}
 	t.Cleanup(func() { _ = removeNamedNetns(l.d.nsPath(nsName)) })
@@ -407,7 +447,7 @@ func TestKernelImportClaimsOnlyUnmarkedOrSameResource(t *testing.T) {
 	ctx := context.Background()
 	name := "sbtest-imp-" + l.topology[5:11]
 	path := l.d.nsPath(name)
-	if err := createNamedNetns(path); err != nil {
+	if err := createNamedNetns(path, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = removeNamedNetns(path); l.d.removeFiles(name) })

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -60,11 +62,7 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, HasCommand: len(spec.Command) > 0}); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
-		if err := createNamedNetns(path); err != nil {
-			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
-		}
-		if err := d.initNs(name, spec.Owner); err != nil {
-			_ = removeNamedNetns(path)
+		if err := createNamedNetns(path, func() error { return markThisNs(spec.Owner) }); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
 	}
@@ -78,26 +76,29 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 		return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 	}
 	// The sidecar written before creation already holds the marker; its inode is recorded by
-	// StartNode (one durable write fewer per node). Rewrite only a missing or foreign one.
-	old, err := d.readSidecar(name)
-	if err != nil || old.Marker != spec.Owner.Marker() || (old.NsInode != 0 && old.NsInode != ino) {
+	// StartNode (one durable write fewer per node). Rewrite only a missing or foreign one (an
+	// adopted namespace's: one this call created has the one written above).
+	if create {
+		d.fresh.Store(freshKey(name, ino), true)
+	} else if old, err := d.readSidecar(name); err != nil || old.Marker != spec.Owner.Marker() || (old.NsInode != 0 && old.NsInode != ino) {
 		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, NsInode: ino, HasCommand: len(spec.Command) > 0}); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
 	}
-	if create {
-		d.fresh.Store(freshKey(name, ino), true)
-	}
 	return substrate.Handle{Driver: Name, ExternalID: name, Private: encode(private{Kind: kindNode, Netns: name, NsInode: ino})}, nil
 }
 
-// initNs marks a fresh namespace and turns forwarding off: a new namespace copies ip_forward
-// from the host (on wherever dockerd runs); a node forwards only when a sysbox_router says so.
+// initNs marks a namespace a killed run created but did not mark (markThisNs).
 func (d *Driver) initNs(name string, owner substrate.Owner) error {
-	if err := setNsMarker(d.ns(name), owner); err != nil {
+	h, err := d.ns(name).Open()
+	if err != nil {
 		return err
 	}
-	return linuxnet.SetSysctl(d.ns(name), "net.ipv4.ip_forward", "0")
+	defer h.Close()
+	if err := inNetns(h, func() error { return markThisNs(owner) }); err != nil {
+		return fmt.Errorf("netns %s: %w", d.nsPath(name), err)
+	}
+	return nil
 }
 
 // pendingFor reports whether the sidecar records the creation of name by exactly owner, for the
@@ -121,6 +122,11 @@ func unmarked(ns linuxnet.Netns) bool {
 		return false
 	}
 	defer nh.Close()
+	return unmarkedVia(nh)
+}
+
+// unmarkedVia is unmarked through an open handle on the namespace.
+func unmarkedVia(nh *netlink.Handle) bool {
 	lo, err := nh.LinkByName("lo")
 	return err == nil && lo.Attrs().Alias == ""
 }
@@ -316,18 +322,8 @@ func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substra
 		return fmt.Errorf("node %s: sidecar: %w", owner.Address, err)
 	}
 	if processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
-		_ = syscall.Kill(sc.Pid, syscall.SIGTERM)
-		deadline := time.Now().Add(5 * time.Second)
-		for processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
-			if time.Now().After(deadline) {
-				_ = syscall.Kill(sc.Pid, syscall.SIGKILL)
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-			}
+		if err := terminate(ctx, sc.Pid, sc.StartTime, sc.NsInode, 5*time.Second); err != nil {
+			return fmt.Errorf("node %s: stop main process %d: %w", owner.Address, sc.Pid, err)
 		}
 	}
 	sc.Stopped = true
@@ -360,8 +356,16 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 		d.removeFiles(p.Netns)
 		return nil
 	}
-	if !(d.pendingFor(p.Netns, owner) && unmarked(d.ns(p.Netns))) {
-		if err := checkNsOwned(d.ns(p.Netns), owner); err != nil {
+	// One netlink handle for the ownership check and, once nothing runs inside, the list of
+	// the node's veths.
+	ns := d.ns(p.Netns)
+	nh, err := ns.Netlink()
+	if err != nil {
+		return fmt.Errorf("%s: no sysbox ownership marker: %v: %w", where, err, driver.ErrNotOwned)
+	}
+	defer nh.Close()
+	if !(d.pendingFor(p.Netns, owner) && unmarkedVia(nh)) {
+		if err := checkOwnedVia(nh, ns, owner); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 	}
@@ -381,7 +385,7 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if err := killNetnsProcesses(ino, 5*time.Second); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
-	links, err := hostPeersOf(d.ns(p.Netns), owner)
+	links, err := hostPeersOf(nh, owner)
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}

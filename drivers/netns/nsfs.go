@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -52,8 +51,9 @@ func ensureNetnsDir(dir string) error {
 	return err
 }
 
-// createNamedNetns makes a new network namespace and bind-mounts it at path.
-func createNamedNetns(path string) error {
+// createNamedNetns makes a new network namespace, runs init inside it (on the thread that made
+// it: no switch into it later) and bind-mounts it at path. Nothing is mounted if init fails.
+func createNamedNetns(path string, init func() error) error {
 	if err := ensureNetnsDir(filepath.Dir(path)); err != nil {
 		return err
 	}
@@ -62,35 +62,31 @@ func createNamedNetns(path string) error {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
 	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
+	err = onThread(func() (bool, error) {
 		orig, err := vnetns.Get()
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("current netns: %w", err)
-			return
+			return true, fmt.Errorf("current netns: %w", err)
 		}
 		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
+			return true, fmt.Errorf("unshare: %w", err)
 		}
-		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		merr := unix.Mount(src, path, "none", unix.MS_BIND, "")
+		var ferr error
+		if init != nil {
+			ferr = init()
+		}
+		if ferr == nil {
+			src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
+			if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+				ferr = fmt.Errorf("bind mount namespace at %s: %w", path, err)
+			}
+		}
 		if err := vnetns.Set(orig); err != nil {
-			// The thread stays locked and dies with this goroutine.
-			errc <- fmt.Errorf("return to host netns: %w", err)
-			return
+			return false, errors.Join(ferr, fmt.Errorf("return to host netns: %w", err))
 		}
-		runtime.UnlockOSThread()
-		if merr != nil {
-			merr = fmt.Errorf("bind mount namespace at %s: %w", path, merr)
-		}
-		errc <- merr
-	}()
-	if err := <-errc; err != nil {
+		return true, ferr
+	})
+	if err != nil {
 		_ = unix.Unmount(path, unix.MNT_DETACH)
 		_ = os.Remove(path)
 		return err
@@ -139,6 +135,11 @@ func nsMarker(ns linuxnet.Netns) (substrate.Owner, error) {
 		return substrate.Owner{}, fmt.Errorf("%w: %w", errNsUnreadable, err)
 	}
 	defer nh.Close()
+	return markerVia(nh, ns)
+}
+
+// markerVia is nsMarker through an open handle on ns.
+func markerVia(nh *netlink.Handle, ns linuxnet.Netns) (substrate.Owner, error) {
 	lo, err := nh.LinkByName("lo")
 	if err != nil {
 		return substrate.Owner{}, fmt.Errorf("%w: netns %s: lo: %w", errNsUnreadable, ns, err)
@@ -155,19 +156,25 @@ func netnsMount(path string) (bool, error) {
 	return fs.Type == unix.NSFS_MAGIC, nil
 }
 
-// setNsMarker writes owner's marker into the namespace's loopback alias and brings lo up.
-func setNsMarker(ns linuxnet.Netns, owner substrate.Owner) error {
-	nh, err := ns.Netlink()
+// markThisNs, on a thread inside a fresh namespace, writes owner's marker into the loopback
+// alias, brings lo up and turns forwarding off: a new namespace copies ip_forward from the host
+// (on wherever dockerd runs); a node forwards only when a sysbox_router says so.
+func markThisNs(owner substrate.Owner) error {
+	nh, err := netlink.NewHandle(unix.NETLINK_ROUTE) // a socket in the thread's namespace
 	if err != nil {
-		return err
+		return fmt.Errorf("netlink: %w", err)
 	}
 	defer nh.Close()
 	lo := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1, Name: "lo"}} // loopback is ifindex 1 in every namespace
 	if err := nh.LinkSetAlias(lo, owner.Marker()); err != nil {
-		return fmt.Errorf("netns %s: lo alias: %w", ns, err)
+		return fmt.Errorf("lo alias: %w", err)
 	}
 	if err := nh.LinkSetUp(lo); err != nil {
-		return fmt.Errorf("netns %s: lo up: %w", ns, err)
+		return fmt.Errorf("lo up: %w", err)
+	}
+	// /proc/sys/net resolves to the namespace of the thread that opens it.
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0\n"), 0o644); err != nil {
+		return fmt.Errorf("sysctl net.ipv4.ip_forward=0: %w", err)
 	}
 	return nil
 }
@@ -177,7 +184,20 @@ func checkNsOwned(ns linuxnet.Netns, owner substrate.Owner) error {
 	if !owner.Complete() {
 		return fmt.Errorf("netns %s: incomplete ownership evidence %+v: %w", ns, owner, driver.ErrNotOwned)
 	}
-	found, err := nsMarker(ns)
+	nh, err := ns.Netlink()
+	if err != nil {
+		return fmt.Errorf("netns %s: no sysbox ownership marker: %v: %w", ns, fmt.Errorf("%w: %w", errNsUnreadable, err), driver.ErrNotOwned)
+	}
+	defer nh.Close()
+	return checkOwnedVia(nh, ns, owner)
+}
+
+// checkOwnedVia is checkNsOwned through an open handle on ns.
+func checkOwnedVia(nh *netlink.Handle, ns linuxnet.Netns, owner substrate.Owner) error {
+	if !owner.Complete() {
+		return fmt.Errorf("netns %s: incomplete ownership evidence %+v: %w", ns, owner, driver.ErrNotOwned)
+	}
+	found, err := markerVia(nh, ns)
 	if err != nil {
 		return fmt.Errorf("netns %s: no sysbox ownership marker: %v: %w", ns, err, driver.ErrNotOwned)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -27,33 +26,25 @@ func createUTS(path, hostname string) error {
 		return fmt.Errorf("create %s: %w", path, err)
 	}
 	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/uts", unix.Gettid()))
+	err = onThread(func() (bool, error) {
+		orig, err := threadNs("uts")
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
+			return true, err
 		}
 		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare uts: %w", err)
-			return
+			return true, fmt.Errorf("unshare uts: %w", err)
 		}
-		err = unix.Sethostname([]byte(hostname))
-		if err == nil {
-			err = unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/uts", unix.Gettid()), path, "none", unix.MS_BIND, "")
+		ferr := unix.Sethostname([]byte(hostname))
+		if ferr == nil {
+			ferr = unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/uts", unix.Gettid()), path, "none", unix.MS_BIND, "")
 		}
-		if serr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWUTS); serr != nil {
-			errc <- fmt.Errorf("return to host uts namespace: %w", serr) // thread stays locked and dies
-			return
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWUTS); err != nil {
+			return false, errors.Join(ferr, fmt.Errorf("return to host uts namespace: %w", err))
 		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+		return true, ferr
+	})
+	if err != nil {
 		_ = unix.Unmount(path, unix.MNT_DETACH)
 		_ = os.Remove(path)
 		return fmt.Errorf("uts namespace for hostname %q: %w", hostname, err)
@@ -67,8 +58,8 @@ func removeUTS(path string) {
 }
 
 // enter runs fn on a locked OS thread inside the node's network namespace and, if it has one,
-// its UTS namespace and its hosts file (see hosts.go); processes fn forks inherit them. The thread is discarded if it cannot
-// return to the host namespaces.
+// its UTS namespace and its hosts file (see hosts.go); processes fn forks inherit them. The
+// thread goes back to the scheduler only once it is back in the host's namespaces (onThread).
 func (d *Driver) enter(name string, fn func() error) error {
 	netNs, err := d.ns(name).Open()
 	if err != nil {
@@ -85,27 +76,19 @@ func (d *Driver) enter(name string, fn func() error) error {
 	hosts := d.hostsPath(name)
 	_, herr := os.Stat(hosts)
 	withHosts := herr == nil
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
+	return onThread(func() (bool, error) {
 		origNet, err := vnetns.Get()
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
+			return true, err
 		}
 		defer origNet.Close()
-		origUTS, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/uts", unix.Gettid()))
+		origUTS, err := threadNs("uts")
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
+			return true, err
 		}
 		defer origUTS.Close()
 		if err := vnetns.Set(netNs); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter netns %s: %w", name, err)
-			return
+			return true, fmt.Errorf("enter netns %s: %w", name, err)
 		}
 		var ferr error
 		if uts != nil {
@@ -114,29 +97,24 @@ func (d *Driver) enter(name string, fn func() error) error {
 			}
 		}
 		if ferr == nil && withHosts {
+			// The thread gets a mount namespace of its own, which it cannot leave: it ends
+			// with its goroutine.
 			if ferr = mountHosts(hosts, d.NetnsDir); ferr == nil {
 				ferr = fn()
 			}
-			// The thread now has its own mount namespace: leave it locked so that it exits
-			// with this goroutine instead of returning to the pool.
-			errc <- ferr
-			return
+			return false, ferr
 		}
 		if ferr == nil {
 			ferr = fn()
 		}
 		if err := vnetns.Set(origNet); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave netns: %w", err))
-			return
+			return false, errors.Join(ferr, fmt.Errorf("leave netns: %w", err))
 		}
 		if err := unix.Setns(int(origUTS.Fd()), unix.CLONE_NEWUTS); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave uts namespace: %w", err))
-			return
+			return false, errors.Join(ferr, fmt.Errorf("leave uts namespace: %w", err))
 		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+		return true, ferr
+	})
 }
 
 func isNsfs(path string) bool {
