@@ -304,10 +304,12 @@ func (d *Driver) restoreSnapshot(c conn, x *libvirtxml.Domain, o substrate.Owner
 	if man.StreamSHA256 != m.Snapshot {
 		return fmt.Errorf("snapshot %s was replaced since this generation was defined on it", base)
 	}
+	done := d.step(o.Address, "hash snapshot stream")
 	sum, n, err := streamSHA256(base+".save", man.Header.streamOffset())
 	if err != nil {
 		return err
 	}
+	done()
 	if sum != man.StreamSHA256 || n != man.StreamSize {
 		return fmt.Errorf("snapshot image %s.save: stream is sha256:%s (%d bytes), want sha256:%s (%d bytes)", base, sum, n, man.StreamSHA256, man.StreamSize)
 	}
@@ -318,9 +320,11 @@ func (d *Driver) restoreSnapshot(c conn, x *libvirtxml.Domain, o substrate.Owner
 	if err := rewriteSaveImage(base+".save", man.Header, doc, man.Cookie); err != nil {
 		return err
 	}
+	done = d.step(o.Address, "restore")
 	if err := c.DomainRestore(base + ".save"); err != nil {
 		return apiErr("restore "+base+".save into domain "+x.Name, err)
 	}
+	done()
 	return nil
 }
 
