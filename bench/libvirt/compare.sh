@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/new" .
 mkdir "$tmp/base"
-git archive "$base" | tar -x -C "$tmp/base"
+git -C ../.. archive "$base" | tar -x -C "$tmp/base"
 cp main.go steps.go "$tmp/base/bench/libvirt/"
 if ! grep -q 'OnStep' "$tmp/base/drivers/libvirt/driver.go"; then
 	# A driver without Options.OnStep: its calls are timed, not its steps.

@@ -49,9 +49,10 @@ func agentClient(c conn, dom golibvirt.Domain) *guestagent.Client {
 const agentPoll = 250 * time.Millisecond
 
 // waitAgent pings dom's agent until it answers or ctx ends, trying again at once when libvirt
-// reports the agent connected and every poll otherwise; the last error says why not.
-func waitAgent(ctx context.Context, c conn, dom golibvirt.Domain, poll time.Duration) error {
-	wake, stop := agentWake(ctx, c, dom)
+// reports the agent connected (connected, when set, is called then, once) and every poll
+// otherwise; the last error says why not.
+func waitAgent(ctx context.Context, c conn, dom golibvirt.Domain, poll time.Duration, connected func()) error {
+	wake, stop := agentWake(ctx, c, dom, connected)
 	defer stop()
 	if last := guestvm.WaitReadyWoken(ctx, poll, wake, agentClient(c, dom).Ping); last != nil {
 		return fmt.Errorf("guest agent did not answer guest-ping (%v): %w", last, ctx.Err())
@@ -65,7 +66,7 @@ func waitAgent(ctx context.Context, c conn, dom golibvirt.Domain, poll time.Dura
 // fails at once, so that event is the moment a ping can first answer. Subscribed before the
 // first ping, no connect is missed: one that came earlier makes that ping answer. When the
 // subscription fails, wake is nil and the wait polls only.
-func agentWake(ctx context.Context, c conn, dom golibvirt.Domain) (wake <-chan struct{}, stop func()) {
+func agentWake(ctx context.Context, c conn, dom golibvirt.Domain, connected func()) (wake <-chan struct{}, stop func()) {
 	sctx, cancel := context.WithCancel(ctx)
 	evs, err := c.SubscribeEvents(sctx, golibvirt.DomainEventIDAgentLifecycle, golibvirt.OptDomain{dom})
 	if err != nil {
@@ -81,6 +82,10 @@ func agentWake(ctx context.Context, c conn, dom golibvirt.Domain) (wake <-chan s
 		for ev := range evs {
 			m, ok := ev.(*golibvirt.DomainEventCallbackAgentLifecycleMsg)
 			if ok && m.Dom.UUID == dom.UUID && m.State == int32(golibvirt.ConnectDomainEventAgentLifecycleStateConnected) {
+				if connected != nil {
+					connected()
+					connected = nil
+				}
 				select {
 				case w <- struct{}{}:
 				default: // one pending wake is enough

@@ -365,7 +365,7 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom gol
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if up {
-		return d.ready(ctx, what, c, dom)
+		return d.ready(ctx, what, c, dom, nil)
 	}
 	x, err := domainXML(c, dom)
 	if err != nil {
@@ -407,7 +407,7 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom gol
 		done()
 	}
 	done := d.step(o.Address, "agent")
-	if err := d.ready(ctx, what, c, dom); err != nil {
+	if err := d.ready(ctx, what, c, dom, d.step(o.Address, "agent connected")); err != nil {
 		return err
 	}
 	done()
@@ -437,14 +437,15 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom gol
 	return nil
 }
 
-// ready waits for the guest agent, bounded by ReadyTimeout.
-func (d *Driver) ready(ctx context.Context, what string, c conn, dom golibvirt.Domain) error {
+// ready waits for the guest agent, bounded by ReadyTimeout; connected, when set, is called when
+// libvirt reports the agent connected.
+func (d *Driver) ready(ctx context.Context, what string, c conn, dom golibvirt.Domain, connected func()) error {
 	if d.readyTimeout < 0 {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, d.readyTimeout)
 	defer cancel()
-	if err := waitAgent(wctx, c, dom, d.agentPoll); err != nil {
+	if err := waitAgent(wctx, c, dom, d.agentPoll, connected); err != nil {
 		return fmt.Errorf("%s: domain %s: %w", what, dom.Name, err)
 	}
 	return nil

@@ -232,12 +232,12 @@ func (d *Driver) takeSnapshot(ctx context.Context, what string, c conn, dom goli
 		if cerr := c.DomainCreate(dom); cerr != nil {
 			return errors.Join(apiErr(fmt.Sprintf("domain %s: restore after save", dom.Name), err), apiErr("cold start", cerr))
 		}
-		if rerr := d.ready(ctx, what, c, dom); rerr != nil {
+		if rerr := d.ready(ctx, what, c, dom, nil); rerr != nil {
 			return rerr
 		}
 		return apiErr(fmt.Sprintf("domain %s: restore after save (started cold instead)", dom.Name), err)
 	}
-	if err := d.ready(ctx, what, c, dom); err != nil {
+	if err := d.ready(ctx, what, c, dom, nil); err != nil {
 		return err
 	}
 	if copyErr != nil {

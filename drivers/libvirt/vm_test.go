@@ -130,7 +130,7 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wake, stopWake := agentWake(ctx, c, dom)
+	wake, stopWake := agentWake(ctx, c, dom, nil)
 	bringUp(h1, o1)
 	select {
 	case <-wake:
