@@ -346,3 +346,16 @@ func (f *fakeConn) subscribers() int {
 	defer f.mu.Unlock()
 	return len(f.subs)
 }
+
+// fakeNode creates (does not start) node addr on d, a driver on a fake connection, backed by a
+// stored disk.
+func fakeNode(t *testing.T, d *Driver, addr string) (substrate.Handle, substrate.NodeSpec) {
+	t.Helper()
+	base := storedDisk(t, d)
+	spec := substrate.NodeSpec{Owner: testOwner(addr), Driver: Name, Artifact: &base}
+	h, err := d.CreateNode(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, spec
+}

@@ -110,13 +110,8 @@ func TestDomainXMLAndMetadata(t *testing.T) {
 func TestNodeLifecycleOnFakeConnection(t *testing.T) {
 	ctx := context.Background()
 	d, fc := fakeDriver(t)
-	base := storedDisk(t, d)
-	o := testOwner("vm")
-	spec := substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &base}
-	h, err := d.CreateNode(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, spec := fakeNode(t, d, "vm")
+	base, o := *spec.Artifact, spec.Owner
 	if err := d.CheckPrivate(h.Private); err != nil {
 		t.Errorf("CheckPrivate of a fresh handle: %v", err)
 	}
@@ -456,13 +451,7 @@ func TestAgentConnectEventEndsTheWait(t *testing.T) {
 	ctx := context.Background()
 	d, fc := fakeDriver(t)
 	d.agentPoll = time.Hour
-	base := storedDisk(t, d)
-	o := testOwner("vm")
-	spec := substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &base}
-	h, err := d.CreateNode(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, spec := fakeNode(t, d, "vm")
 	event := func(dom golibvirt.Domain, st golibvirt.ConnectDomainEventAgentLifecycleState) *golibvirt.DomainEventCallbackAgentLifecycleMsg {
 		return &golibvirt.DomainEventCallbackAgentLifecycleMsg{Dom: dom, State: int32(st)}
 	}
