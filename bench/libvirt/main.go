@@ -16,6 +16,11 @@
 //
 //     go run ./bench/libvirt -image /tmp/sysbox-test-all/guest-image -rounds 3
 //
+// -lines picks lines (boot, reset-cold, reset-snap, parallel, virsh-parallel). Beside each
+// timing it prints the driver's own steps (Options.OnStep) and the CPU time (utime+stime from
+// /proc) the guests' QEMU processes used until their agents answered, which bounds what
+// parallel boots can gain on this host's cores; and the load average before and after.
+//
 // Needs root, a running libvirtd (qemu:///system), virsh and qemu-img. Everything it creates is
 // removed at the end, also on failure. Never uses domain type kvm.
 package main
@@ -31,6 +36,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,8 +49,9 @@ func main() {
 	image := flag.String("image", "/tmp/sysbox-test-all/guest-image", "scripts/guest-image output directory")
 	rounds := flag.Int("rounds", 3, "rounds of each (the median is reported)")
 	par := flag.Int("parallel", 4, "VMs for the parallel line")
+	only := flag.String("lines", "", "comma-separated lines to run (boot, reset-cold, reset-snap, parallel, virsh-parallel); empty: all")
 	flag.Parse()
-	if err := run(*image, *rounds, *par); err != nil {
+	if err := run(*image, *rounds, *par, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "libvirtbench:", err)
 		os.Exit(1)
 	}
@@ -56,6 +63,7 @@ type bench struct {
 	cold, snap       *libvirt.Driver
 	peers            []string // virsh domains to remove at the end
 	mu               sync.Mutex
+	steps            map[string][]string // node address → "step 1.23s" in order (OnStep)
 }
 
 func randHex(n int) string {
@@ -64,9 +72,11 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func run(image string, rounds, par int) error {
+func run(image string, rounds, par int, only string) error {
 	ctx := context.Background()
-	b := &bench{image: image, topo: "libvirtbench-" + randHex(4)}
+	b := &bench{image: image, topo: "libvirtbench-" + randHex(4), steps: map[string][]string{}}
+	fmt.Printf("load average at start: %s\n", loadavg())
+	defer func() { fmt.Printf("load average at end: %s\n", loadavg()) }()
 	if err := os.MkdirAll("/var/tmp/sysbox-libvirt-bench", 0o755); err != nil {
 		return err
 	}
@@ -79,11 +89,11 @@ func run(image string, rounds, par int) error {
 	if err := os.Chmod(dir, 0o755); err != nil { // QEMU runs as libvirt-qemu
 		return err
 	}
-	if b.cold, err = libvirt.New(libvirt.Options{StateDir: filepath.Join(dir, "cold"), DomainType: libvirt.TypeQEMU, NoSnapshot: true}); err != nil {
+	if b.cold, err = libvirt.New(withSteps(libvirt.Options{StateDir: filepath.Join(dir, "cold"), DomainType: libvirt.TypeQEMU, NoSnapshot: true}, b.step)); err != nil {
 		return err
 	}
 	defer b.cold.Close()
-	if b.snap, err = libvirt.New(libvirt.Options{StateDir: filepath.Join(dir, "snap"), DomainType: libvirt.TypeQEMU}); err != nil {
+	if b.snap, err = libvirt.New(withSteps(libvirt.Options{StateDir: filepath.Join(dir, "snap"), DomainType: libvirt.TypeQEMU}, b.step)); err != nil {
 		return err
 	}
 	defer b.snap.Close()
@@ -101,17 +111,26 @@ func run(image string, rounds, par int) error {
 		return err
 	}
 	lines := []struct {
-		name       string
+		key, name  string
 		ours, peer func(ctx context.Context, r int) (time.Duration, error)
 	}{
-		{"cold boot to agent ready", b.oursBoot, b.peerBoot},
-		{"reset, cold path", b.oursResetCold, b.peerResetCold},
-		{"reset, snapshot path", b.oursResetSnap, b.peerRestore},
+		{"boot", "cold boot to agent ready", b.oursBoot, b.peerBoot},
+		{"reset-cold", "reset, cold path", b.oursResetCold, b.peerResetCold},
+		{"reset-snap", "reset, snapshot path", b.oursResetSnap, b.peerRestore},
 		// These two compare n in parallel ("ours") with 1 ("peer") on the same side.
-		{fmt.Sprintf("driver: %d VMs in parallel vs 1", par), b.oursParallel(par), b.oursParallel(1)},
-		{fmt.Sprintf("virsh: %d VMs in parallel vs 1", par), b.peerParallel(par), b.peerParallel(1)},
+		{"parallel", fmt.Sprintf("driver: %d VMs in parallel vs 1", par), b.oursParallel(par), b.oursParallel(1)},
+		{"virsh-parallel", fmt.Sprintf("virsh: %d VMs in parallel vs 1", par), b.peerParallel(par), b.peerParallel(1)},
+	}
+	want := map[string]bool{}
+	for _, k := range strings.Split(only, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			want[k] = true
+		}
 	}
 	for _, l := range lines {
+		if len(want) > 0 && !want[l.key] {
+			continue
+		}
 		var os_, ps, rs []float64
 		for r := 0; r < rounds; r++ {
 			o, err := l.ours(ctx, r)
@@ -128,6 +147,76 @@ func run(image string, rounds, par int) error {
 		fmt.Printf("median %s: ours %.2fs peer %.2fs ratio %.2f\n", l.name, median(os_), median(ps), median(rs))
 	}
 	return nil
+}
+
+// step records one driver step (Options.OnStep).
+func (b *bench) step(addr, name string, took time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.steps[addr] = append(b.steps[addr], fmt.Sprintf("%s %.2fs", name, took.Seconds()))
+}
+
+// printSteps prints and forgets the steps recorded for addr.
+func (b *bench) printSteps(what, addr string) {
+	b.mu.Lock()
+	s := b.steps[addr]
+	delete(b.steps, addr)
+	b.mu.Unlock()
+	if len(s) > 0 {
+		fmt.Printf("  steps %s: %s\n", what, strings.Join(s, ", "))
+	}
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// clkTck is the unit of utime and stime in /proc/PID/stat (USER_HZ, 100 on Linux).
+const clkTck = 100
+
+// qemuCPU is the CPU time (user + system) domain name's QEMU process has used so far.
+func qemuCPU(name string) (time.Duration, error) {
+	pid, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", name+".pid"))
+	if err != nil {
+		return 0, err
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which may hold spaces, inside parentheses): state is
+	// field 3, utime 14, stime 15.
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc stat of domain %s: malformed", name)
+	}
+	f := strings.Fields(string(stat)[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc stat of domain %s: malformed", name)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc stat of domain %s: %w", name, err)
+	}
+	return time.Duration(ut+st) * time.Second / clkTck, nil
+}
+
+// domainOf is the libvirt domain name of our node h.
+func (b *bench) domainOf(ctx context.Context, d *libvirt.Driver, h substrate.Handle, o substrate.Owner) string {
+	obs, err := d.ObserveNode(ctx, h, o)
+	if err != nil {
+		return ""
+	}
+	return obs.Attributes["name"]
 }
 
 func median(v []float64) float64 {
@@ -160,6 +249,12 @@ func (b *bench) oursBoot(ctx context.Context, r int) (time.Duration, error) {
 	t0 := time.Now()
 	h, err := b.up(ctx, b.cold, o)
 	el := time.Since(t0)
+	b.printSteps("boot", o.Address)
+	if err == nil {
+		if cpu, cerr := qemuCPU(b.domainOf(ctx, b.cold, h, o)); cerr == nil {
+			fmt.Printf("  cpu boot: qemu %.2fs in %.2fs wall\n", cpu.Seconds(), el.Seconds())
+		}
+	}
 	if derr := b.cold.DeleteNode(ctx, h, o); err == nil {
 		err = derr
 	}
@@ -174,13 +269,25 @@ func (b *bench) reset(ctx context.Context, d *libvirt.Driver, addr, want string)
 	if err != nil {
 		return 0, err
 	}
+	b.printSteps("untimed first generation", addr)
 	o2 := b.owner(addr, 2)
+	prior := b.domainOf(ctx, d, h1, o1)
+	cpu0, cerr := qemuCPU(prior)
 	t0 := time.Now()
 	h2, err := d.NewGeneration(ctx, h1, o1, b.spec(o2))
 	if err == nil {
 		err = d.StartNode(ctx, h2, b.spec(o2))
 	}
 	el := time.Since(t0)
+	b.printSteps("reset", addr)
+	if cpu1, cerr2 := qemuCPU(prior); cerr == nil && cerr2 == nil {
+		fmt.Printf("  cpu reset: the prior generation's qemu used %.2fs meanwhile\n", (cpu1 - cpu0).Seconds())
+	}
+	if err == nil {
+		if cpu, cerr := qemuCPU(b.domainOf(ctx, d, h2, o2)); cerr == nil {
+			fmt.Printf("  cpu reset: the new generation's qemu %.2fs in %.2fs wall\n", cpu.Seconds(), el.Seconds())
+		}
+	}
 	err = errors.Join(err, d.DeleteNode(ctx, h1, o1))
 	if obs, oerr := d.ObserveNode(ctx, h2, o2); oerr == nil && !strings.HasPrefix(obs.Attributes["started_from"], want) {
 		err = errors.Join(err, fmt.Errorf("generation 2 started_from %q, want %s", obs.Attributes["started_from"], want))
@@ -212,13 +319,34 @@ func parallel(n int, one func(i int) error) (time.Duration, error) {
 	return time.Since(t0), errors.Join(errs...)
 }
 
+// oursParallel brings n nodes up and down at once. It prints the CPU time their QEMU
+// processes used until their agents answered (summed) and each node's steps.
 func (b *bench) oursParallel(n int) func(ctx context.Context, r int) (time.Duration, error) {
 	return func(ctx context.Context, r int) (time.Duration, error) {
-		return parallel(n, func(i int) error {
+		var mu sync.Mutex
+		var cpu time.Duration
+		var ready []float64
+		t0 := time.Now()
+		el, err := parallel(n, func(i int) error {
 			o := b.owner(fmt.Sprintf("sysbox_node.par%d_%d_%d", n, r, i), 1)
 			h, err := b.up(ctx, b.cold, o)
+			if err == nil {
+				c, cerr := qemuCPU(b.domainOf(ctx, b.cold, h, o))
+				mu.Lock()
+				ready = append(ready, time.Since(t0).Seconds())
+				cpu += c
+				err = cerr
+				mu.Unlock()
+			}
 			return errors.Join(err, b.cold.DeleteNode(ctx, h, o))
 		})
+		sort.Float64s(ready)
+		fmt.Printf("  cpu %d in parallel: qemu %.2fs in all until ready (%.2fs per VM), agents ready after %v s, all down after %.2fs\n",
+			n, cpu.Seconds(), cpu.Seconds()/float64(n), ready, el.Seconds())
+		for i := 0; i < n; i++ {
+			b.printSteps(fmt.Sprintf("%d in parallel, #%d", n, i), fmt.Sprintf("sysbox_node.par%d_%d_%d", n, r, i))
+		}
+		return el, err
 	}
 }
 

@@ -56,6 +56,10 @@ type Options struct {
 	// NoSnapshot turns the reset fast path off: no baseline snapshot is taken at a node's first
 	// start (which saves ~2 s there) and every reset boots cold.
 	NoSnapshot bool
+	// OnStep, when set, is called after each step of creating, starting and resetting a node
+	// with the node's address, the step's name and how long it took (the benchmark prints
+	// them). It may be called from several goroutines at once.
+	OnStep func(address, step string, took time.Duration)
 
 	dial func() (conn, error) // tests: a fake connection
 }
@@ -78,6 +82,7 @@ type conn interface {
 	DomainDetachDeviceFlags(d golibvirt.Domain, xml string, flags uint32) error
 	ConnectListAllDomains(need int32, flags golibvirt.ConnectListAllDomainsFlags) ([]golibvirt.Domain, uint32, error)
 	QEMUDomainAgentCommand(d golibvirt.Domain, cmd string, timeout int32, flags uint32) (golibvirt.OptString, error)
+	SubscribeEvents(ctx context.Context, eventID golibvirt.DomainEventID, dom golibvirt.OptDomain) (<-chan interface{}, error)
 }
 
 var _ conn = (*golibvirt.Libvirt)(nil)
@@ -90,6 +95,8 @@ type Driver struct {
 	readyTimeout time.Duration
 	qemuImg      string
 	snapshots    bool
+	onStep       func(address, step string, took time.Duration)
+	agentPoll    time.Duration // tests: longer, to show a wait ended by the connect event
 	run          argv.Runner
 	dial         func() (conn, error)
 
@@ -103,7 +110,7 @@ type Driver struct {
 // New returns a driver for libvirtd at opts.Socket. It does not contact the daemon.
 func New(opts Options) (*Driver, error) {
 	d := &Driver{socket: opts.Socket, stateDir: opts.StateDir, domainType: opts.DomainType,
-		readyTimeout: opts.ReadyTimeout, qemuImg: opts.QEMUImg, snapshots: !opts.NoSnapshot, run: argv.Exec{}, dial: opts.dial}
+		readyTimeout: opts.ReadyTimeout, qemuImg: opts.QEMUImg, snapshots: !opts.NoSnapshot, onStep: opts.OnStep, agentPoll: agentPoll, run: argv.Exec{}, dial: opts.dial}
 	if d.socket == "" {
 		d.socket = os.Getenv(EnvSocket)
 	}
@@ -238,6 +245,15 @@ func apiErr(what string, err error) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return fmt.Errorf("%s: libvirtd: %w: %w", what, driver.ErrUnavailable, err)
+}
+
+// step starts timing one step of address's node; the returned func reports it to OnStep.
+func (d *Driver) step(address, name string) func() {
+	if d.onStep == nil {
+		return func() {}
+	}
+	t0 := time.Now()
+	return func() { d.onStep(address, name, time.Since(t0)) }
 }
 
 // observedAt stamps observations in UTC.

@@ -23,6 +23,7 @@ type fakeConn struct {
 	down     bool // every call fails like a dropped socket
 	defines  int
 	restores []string // the XML of each restored image
+	subs     map[chan interface{}]bool
 }
 
 type fakeDom struct {
@@ -35,7 +36,9 @@ var _ conn = (*fakeConn)(nil)
 
 var errDropped = errors.New("connection reset by peer")
 
-func newFakeConn() *fakeConn { return &fakeConn{doms: map[golibvirt.UUID]*fakeDom{}} }
+func newFakeConn() *fakeConn {
+	return &fakeConn{doms: map[golibvirt.UUID]*fakeDom{}, subs: map[chan interface{}]bool{}}
+}
 
 func noDomain() error {
 	return golibvirt.Error{Code: uint32(golibvirt.ErrNoDomain), Message: "Domain not found"}
@@ -307,4 +310,52 @@ func storedDisk(t *testing.T, d *Driver) substrate.ArtifactIdentity {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// SubscribeEvents hands out a channel that emit sends to until ctx ends (then it is closed, as
+// go-libvirt's is). Like libvirtd, it sends every domain's events: the subscriber filters.
+func (f *fakeConn) SubscribeEvents(ctx context.Context, _ golibvirt.DomainEventID, _ golibvirt.OptDomain) (<-chan interface{}, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, errDropped
+	}
+	ch := make(chan interface{}, 16)
+	f.subs[ch] = true
+	context.AfterFunc(ctx, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.subs, ch)
+		close(ch)
+	})
+	return ch, nil
+}
+
+// emit sends ev to every subscriber.
+func (f *fakeConn) emit(ev interface{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ch := range f.subs {
+		ch <- ev
+	}
+}
+
+// subscribers is how many subscriptions are open.
+func (f *fakeConn) subscribers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subs)
+}
+
+// fakeNode creates (does not start) node addr on d, a driver on a fake connection, backed by a
+// stored disk.
+func fakeNode(t *testing.T, d *Driver, addr string) (substrate.Handle, substrate.NodeSpec) {
+	t.Helper()
+	base := storedDisk(t, d)
+	spec := substrate.NodeSpec{Owner: testOwner(addr), Driver: Name, Artifact: &base}
+	h, err := d.CreateNode(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, spec
 }

@@ -168,12 +168,14 @@ func stateName(st int32) string {
 // metadata proves it is spec's (a retried create) is adopted; any other holder of the name is
 // left untouched (ErrNotOwned).
 func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (substrate.Handle, error) {
-	return d.createNode(ctx, spec, nil, "")
+	return d.createNode(ctx, spec, nil, "", false)
 }
 
 // createNode is CreateNode; with snap, the overlay sits on that snapshot's disk and the first
 // start restores it. cold says why a reset could not use a snapshot (kept in the metadata).
-func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, snap *snapManifest, cold string) (substrate.Handle, error) {
+// verified says the caller has just verified spec's baseline and kernel (NewGeneration, before
+// it touched the prior generation), so they are not hashed twice in one call.
+func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, snap *snapManifest, cold string, verified bool) (substrate.Handle, error) {
 	what := "node " + spec.Owner.Address
 	if !spec.Owner.Complete() {
 		return substrate.Handle{}, fmt.Errorf("%s: owner is incomplete: %w", what, driver.ErrNotOwned)
@@ -205,8 +207,10 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, snap *
 	} else if !golibvirt.IsNotFound(err) {
 		return substrate.Handle{}, apiErr(fmt.Sprintf("%s: look up domain %s", what, name), err)
 	}
-	if err := d.VerifyArtifact(ctx, *spec.Artifact); err != nil {
-		return substrate.Handle{}, fmt.Errorf("%s: baseline: %w", what, err)
+	if !verified {
+		if err := d.verifyInputs(ctx, spec); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	backing, format := filepath.Join(spec.Artifact.Ref, fileDisk), "qcow2"
 	if spec.Artifact.Kind == KindRootfs {
@@ -242,12 +246,29 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, snap *
 	if err != nil {
 		return substrate.Handle{}, fmt.Errorf("%s: domain XML: %w", what, err)
 	}
+	done := d.step(spec.Owner.Address, "define")
 	dom, err := c.DomainDefineXML(xmlDoc)
 	if err != nil {
 		d.removeOverlay(overlay)
 		return substrate.Handle{}, apiErr(fmt.Sprintf("%s: define domain %s", what, name), err)
 	}
+	done()
 	return nodeHandle(nodePrivate{UUID: formatUUID(dom.UUID), Name: name, Overlay: overlay, Marker: spec.Owner.Marker()}), nil
+}
+
+// verifyInputs re-checks spec's baseline and, with direct kernel boot, its kernel against the
+// store right before a domain is defined on them: the stored copies are what QEMU reads.
+func (d *Driver) verifyInputs(ctx context.Context, spec substrate.NodeSpec) error {
+	defer d.step(spec.Owner.Address, "verify")()
+	if err := d.VerifyArtifact(ctx, *spec.Artifact); err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	if spec.Kernel != nil {
+		if err := d.VerifyArtifact(ctx, *spec.Kernel); err != nil {
+			return fmt.Errorf("kernel: %w", err)
+		}
+	}
+	return nil
 }
 
 // createOverlay makes overlay a new qcow2 file backed by backing (the stored baseline or the
@@ -255,6 +276,7 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, snap *
 // interrupted create (no domain refers to it yet: the caller looked) is replaced, and so is its
 // start record (the generation never ran). The owner record beside it is written first.
 func (d *Driver) createOverlay(ctx context.Context, o substrate.Owner, backing, format, overlay string) error {
+	defer d.step(o.Address, "overlay")()
 	dir := filepath.Dir(overlay)
 	d.dirs.Lock() // not removed as empty between its creation and the owner record
 	err := os.MkdirAll(dir, 0o755)
@@ -343,7 +365,7 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom gol
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if up {
-		return d.ready(ctx, what, c, dom)
+		return d.ready(ctx, what, c, dom, nil)
 	}
 	x, err := domainXML(c, dom)
 	if err != nil {
@@ -378,13 +400,17 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom gol
 		how = "cold: " + m.Cold
 	}
 	if how != "snapshot" {
+		done := d.step(o.Address, "start")
 		if err := c.DomainCreate(dom); err != nil {
 			return apiErr(fmt.Sprintf("%s: domain %s", what, dom.Name), err)
 		}
+		done()
 	}
-	if err := d.ready(ctx, what, c, dom); err != nil {
+	done := d.step(o.Address, "agent")
+	if err := d.ready(ctx, what, c, dom, d.step(o.Address, "agent connected")); err != nil {
 		return err
 	}
+	done()
 	if !first {
 		return nil
 	}
@@ -394,7 +420,10 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom gol
 	if m.Snapshot != "" || !d.snapshots || d.readyTimeout < 0 {
 		return nil
 	}
-	if err := d.takeSnapshot(ctx, what, c, dom, o, m); err != nil {
+	done = d.step(o.Address, "take snapshot")
+	err = d.takeSnapshot(ctx, what, c, dom, o, m)
+	done()
+	if err != nil {
 		// The node runs (takeSnapshot brings it back); only the fast path is lost. Say so where
 		// the observation shows it.
 		how += "; no snapshot taken: " + err.Error()
@@ -408,14 +437,15 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, c conn, dom gol
 	return nil
 }
 
-// ready waits for the guest agent, bounded by ReadyTimeout.
-func (d *Driver) ready(ctx context.Context, what string, c conn, dom golibvirt.Domain) error {
+// ready waits for the guest agent, bounded by ReadyTimeout; connected, when set, is called when
+// libvirt reports the agent connected.
+func (d *Driver) ready(ctx context.Context, what string, c conn, dom golibvirt.Domain, connected func()) error {
 	if d.readyTimeout < 0 {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, d.readyTimeout)
 	defer cancel()
-	if err := waitAgent(wctx, agentClient(c, dom)); err != nil {
+	if err := waitAgent(wctx, c, dom, d.agentPoll, connected); err != nil {
 		return fmt.Errorf("%s: domain %s: %w", what, dom.Name, err)
 	}
 	return nil
@@ -661,14 +691,11 @@ func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, prio
 	if spec.Artifact == nil {
 		return substrate.Handle{}, fmt.Errorf("%s: no baseline artifact", what)
 	}
-	if err := d.VerifyArtifact(ctx, *spec.Artifact); err != nil {
-		return substrate.Handle{}, fmt.Errorf("%s: baseline: %w", what, err)
+	// Verified before the prior generation is touched: a baseline that fails leaves it as it was.
+	if err := d.verifyInputs(ctx, spec); err != nil {
+		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if spec.Kernel != nil {
-		if err := d.VerifyArtifact(ctx, *spec.Kernel); err != nil {
-			return substrate.Handle{}, fmt.Errorf("%s: kernel: %w", what, err)
-		}
-	}
+	done := d.step(spec.Owner.Address, "quiesce prior")
 	_, _, _, err := d.lookupOwned(ctx, what+": prior generation", prior, priorOwner)
 	switch {
 	case errors.Is(err, driver.ErrNotFound):
@@ -684,15 +711,17 @@ func (d *Driver) NewGeneration(ctx context.Context, prior substrate.Handle, prio
 			return substrate.Handle{}, fmt.Errorf("%s: quiesce prior generation's tap %s: %w", what, t, err)
 		}
 	}
-	snap, err := d.usableSnapshot(spec.Owner, spec)
-	if err != nil || !d.snapshots {
-		cold := "snapshots are off"
-		if d.snapshots {
-			cold = "no usable snapshot: " + err.Error()
-		}
-		return d.createNode(ctx, spec, nil, cold)
+	done()
+	if !d.snapshots {
+		return d.createNode(ctx, spec, nil, "snapshots are off", true)
 	}
-	return d.createNode(ctx, spec, &snap, "")
+	done = d.step(spec.Owner.Address, "check snapshot")
+	snap, err := d.usableSnapshot(spec.Owner, spec)
+	done()
+	if err != nil {
+		return d.createNode(ctx, spec, nil, "no usable snapshot: "+err.Error(), true)
+	}
+	return d.createNode(ctx, spec, &snap, "", true)
 }
 
 // Residue lists the domains, taps and overlays carrying topology's markers.

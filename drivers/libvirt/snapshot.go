@@ -232,12 +232,12 @@ func (d *Driver) takeSnapshot(ctx context.Context, what string, c conn, dom goli
 		if cerr := c.DomainCreate(dom); cerr != nil {
 			return errors.Join(apiErr(fmt.Sprintf("domain %s: restore after save", dom.Name), err), apiErr("cold start", cerr))
 		}
-		if rerr := d.ready(ctx, what, c, dom); rerr != nil {
+		if rerr := d.ready(ctx, what, c, dom, nil); rerr != nil {
 			return rerr
 		}
 		return apiErr(fmt.Sprintf("domain %s: restore after save (started cold instead)", dom.Name), err)
 	}
-	if err := d.ready(ctx, what, c, dom); err != nil {
+	if err := d.ready(ctx, what, c, dom, nil); err != nil {
 		return err
 	}
 	if copyErr != nil {
@@ -304,10 +304,12 @@ func (d *Driver) restoreSnapshot(c conn, x *libvirtxml.Domain, o substrate.Owner
 	if man.StreamSHA256 != m.Snapshot {
 		return fmt.Errorf("snapshot %s was replaced since this generation was defined on it", base)
 	}
+	done := d.step(o.Address, "hash snapshot stream")
 	sum, n, err := streamSHA256(base+".save", man.Header.streamOffset())
 	if err != nil {
 		return err
 	}
+	done()
 	if sum != man.StreamSHA256 || n != man.StreamSize {
 		return fmt.Errorf("snapshot image %s.save: stream is sha256:%s (%d bytes), want sha256:%s (%d bytes)", base, sum, n, man.StreamSHA256, man.StreamSize)
 	}
@@ -318,9 +320,11 @@ func (d *Driver) restoreSnapshot(c conn, x *libvirtxml.Domain, o substrate.Owner
 	if err := rewriteSaveImage(base+".save", man.Header, doc, man.Cookie); err != nil {
 		return err
 	}
+	done = d.step(o.Address, "restore")
 	if err := c.DomainRestore(base + ".save"); err != nil {
 		return apiErr("restore "+base+".save into domain "+x.Name, err)
 	}
+	done()
 	return nil
 }
 

@@ -110,13 +110,8 @@ func TestDomainXMLAndMetadata(t *testing.T) {
 func TestNodeLifecycleOnFakeConnection(t *testing.T) {
 	ctx := context.Background()
 	d, fc := fakeDriver(t)
-	base := storedDisk(t, d)
-	o := testOwner("vm")
-	spec := substrate.NodeSpec{Owner: o, Driver: Name, Artifact: &base}
-	h, err := d.CreateNode(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, spec := fakeNode(t, d, "vm")
+	base, o := *spec.Artifact, spec.Owner
 	if err := d.CheckPrivate(h.Private); err != nil {
 		t.Errorf("CheckPrivate of a fresh handle: %v", err)
 	}
@@ -445,5 +440,48 @@ func TestKernelDirectoryArtifact(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(id.Ref, "disk.qcow2")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stored kernel holds more than vmlinux and initrd.img: %v", err)
+	}
+}
+
+// TestAgentConnectEventEndsTheWait: a readiness wait whose ping fails (the agent is not
+// connected yet) pings again as soon as libvirt reports this domain's agent connected, not a
+// poll later (the poll here is an hour). Another domain's connect and this one's disconnect do
+// not end the pause, and no subscription outlives the wait.
+func TestAgentConnectEventEndsTheWait(t *testing.T) {
+	ctx := context.Background()
+	d, fc := fakeDriver(t)
+	d.agentPoll = time.Hour
+	h, spec := fakeNode(t, d, "vm")
+	event := func(dom golibvirt.Domain, st golibvirt.ConnectDomainEventAgentLifecycleState) *golibvirt.DomainEventCallbackAgentLifecycleMsg {
+		return &golibvirt.DomainEventCallbackAgentLifecycleMsg{Dom: dom, State: int32(st)}
+	}
+	notConnected := golibvirt.Error{Code: uint32(golibvirt.ErrAgentUnresponsive), Message: "QEMU guest agent is not connected"}
+	pings, right := 0, false
+	fc.agent = func(dom golibvirt.Domain, cmd string) (string, error) {
+		if pings++; pings > 1 {
+			return `{"return":{}}`, nil
+		}
+		fc.emit(event(golibvirt.Domain{Name: "another", UUID: golibvirt.UUID{1}}, golibvirt.ConnectDomainEventAgentLifecycleStateConnected))
+		fc.emit(event(dom, golibvirt.ConnectDomainEventAgentLifecycleStateDisconnected))
+		if right {
+			fc.emit(event(dom, golibvirt.ConnectDomainEventAgentLifecycleStateConnected))
+		}
+		return "", notConnected
+	}
+	// Only events that must not count: the wait runs into its deadline after one ping.
+	d.readyTimeout = 2 * time.Second
+	if err := d.StartNode(ctx, h, spec); err == nil || pings != 1 {
+		t.Fatalf("StartNode with only another domain's connect and a disconnect: %v after %d pings; want the wait to end at its deadline after 1", err, pings)
+	}
+	if n := fc.subscribers(); n != 0 {
+		t.Errorf("%d event subscriptions after the wait, want 0", n)
+	}
+	// This domain's connect: the second ping comes at once and answers.
+	d.readyTimeout, pings, right = time.Minute, 0, true
+	if err := d.StartNode(ctx, h, spec); err != nil || pings != 2 {
+		t.Fatalf("StartNode with the agent's connect event: %v after %d pings; want ready after 2, within the minute", err, pings)
+	}
+	if n := fc.subscribers(); n != 0 {
+		t.Errorf("%d event subscriptions after the wait, want 0", n)
 	}
 }

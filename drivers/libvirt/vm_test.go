@@ -124,7 +124,20 @@ func TestVMExecTrafficAndReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// libvirtd reports this domain's agent connected (the event that ends a readiness wait's
+	// pause; without it the wait still ends, a poll later).
+	c, dom, err := d.lookup(ctx, h1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, stopWake := agentWake(ctx, c, dom, nil)
 	bringUp(h1, o1)
+	select {
+	case <-wake:
+	case <-time.After(time.Minute):
+		t.Errorf("no agent-connected event for domain %s within a minute of its agent answering", dom.Name)
+	}
+	stopWake()
 	if got := strings.TrimSpace(guestRun(t, d, h1, "hostname")); got != "sysbox-guest" {
 		t.Errorf("hostname in the guest: %q, want sysbox-guest", got)
 	}

@@ -116,6 +116,14 @@ const pingTimeout = 3 * time.Second
 // ends. It returns nil once ping succeeded, else (ctx ended) the last attempt's error, which is
 // never nil; the caller words the failure and adds ctx's error or a sentinel as it needs.
 func WaitReady(ctx context.Context, interval time.Duration, ping func(context.Context) error) error {
+	return WaitReadyWoken(ctx, interval, nil, ping)
+}
+
+// WaitReadyWoken is WaitReady where a receive on wake (an event saying the agent may answer
+// now, such as libvirt's agent-connected event) ends the pause between attempts early. The
+// interval stays the fallback: a missed or absent event only costs the poll it always was. A
+// nil wake never fires.
+func WaitReadyWoken(ctx context.Context, interval time.Duration, wake <-chan struct{}, ping func(context.Context) error) error {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 		last := ping(pctx)
@@ -126,10 +134,14 @@ func WaitReady(ctx context.Context, interval time.Duration, ping func(context.Co
 		if ctx.Err() != nil { // checked first: a select on two ready channels picks at random
 			return last
 		}
+		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return last
-		case <-time.After(interval):
+		case <-t.C:
+		case <-wake:
+			t.Stop()
 		}
 	}
 }

@@ -153,3 +153,33 @@ func TestWaitReady(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaitReadyWoken: a wake ends the pause at once (the interval here is an hour, so only the
+// wake can bring the second attempt inside the minute), and a nil wake leaves the poll alone.
+func TestWaitReadyWoken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wake := make(chan struct{}, 1)
+	calls := 0
+	err := WaitReadyWoken(ctx, time.Hour, wake, func(context.Context) error {
+		calls++
+		if calls == 1 {
+			wake <- struct{}{} // the agent connects while the first attempt fails
+			return errors.New("agent not connected")
+		}
+		return nil
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("WaitReadyWoken: %v after %d pings; want nil after 2 (woken, not after the hour)", err, calls)
+	}
+	calls = 0
+	err = WaitReadyWoken(ctx, time.Millisecond, nil, func(context.Context) error {
+		if calls++; calls < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("WaitReadyWoken without a wake: %v after %d pings; want nil after 3", err, calls)
+	}
+}
