@@ -83,12 +83,6 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 	return res, nil
 }
 
-// guestNetwork is the guest network configuration of atts and routes (guestvm.NetworkConfig):
-// nil when there is nothing to configure.
-func guestNetwork(atts []substrate.AttachmentState, routes []substrate.Route) (*guestagent.NetworkConfig, error) {
-	return guestvm.NetworkConfig(atts, routes)
-}
-
 // applyNetwork waits for the guest agent and applies cfg (idempotent: ip addr/route replace).
 func (d *Driver) applyNetwork(ctx context.Context, r nodeRecord, cfg *guestagent.NetworkConfig) error {
 	if err := d.waitAgent(ctx, r); err != nil {

@@ -1,8 +1,11 @@
 package firecracker
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -100,7 +103,36 @@ func jailSettings(settings map[string]string) (*jailConfig, error) {
 		}
 		c.Base = filepath.Clean(b)
 	}
+	// The kernel names a chrooted VMM's root (/proc/PID/root) without symlinks, and serves
+	// compares it with a path under the base: a base reached through a symlink would never match.
+	base, err := resolveDir(c.Base)
+	if err != nil {
+		return nil, bad(SettingChrootBase, fmt.Errorf("%q: %w", c.Base, err))
+	}
+	if base == "/" {
+		return nil, bad(SettingChrootBase, fmt.Errorf("%q resolves to /: want a directory other than /", c.Base))
+	}
+	c.Base = base
 	return c, nil
+}
+
+// resolveDir resolves the symlinks of p (absolute, clean) as far as it exists; a missing tail
+// (the jailer creates it) is kept as written. A dangling symlink on the way is an error.
+func resolveDir(p string) (string, error) {
+	rest := ""
+	for dir := p; ; dir = filepath.Dir(dir) {
+		r, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || dir == "/" {
+			return "", err
+		}
+		if _, lerr := os.Lstat(dir); lerr == nil {
+			return "", fmt.Errorf("%s is a symlink to nothing: %w", dir, err)
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // Binary is the firecracker executable the driver starts (a path, or a name on PATH).

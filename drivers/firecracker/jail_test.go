@@ -106,6 +106,46 @@ func TestConfigureJailer(t *testing.T) {
 	}
 }
 
+// TestConfigureChrootBaseThroughSymlink: a chroot_base reached through a symlink is resolved
+// when the driver is configured (also with a tail that does not exist yet), so the paths the
+// driver compares with a jailed VMM's /proc/PID/root carry no symlink; a dangling symlink is
+// refused naming the setting.
+func TestConfigureChrootBaseThroughSymlink(t *testing.T) {
+	tmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	realDir := filepath.Join(tmp, "real")
+	if err := os.Mkdir(realDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(tmp, "link")
+	if err := os.Symlink(realDir, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(tmp, "nothing"), filepath.Join(tmp, "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	d := New(Options{StateDir: t.TempDir()})
+	for _, tc := range []struct{ base, want string }{
+		{link, realDir},
+		{link + "/jails/", filepath.Join(realDir, "jails")},
+		{filepath.Join(tmp, "new", "jails"), filepath.Join(tmp, "new", "jails")},
+		{realDir, realDir},
+	} {
+		if err := d.Configure(map[string]string{"jailer": jailerBinary, "uid": "1", "gid": "1", "chroot_base": tc.base}); err != nil {
+			t.Fatalf("chroot_base %s: %v", tc.base, err)
+		}
+		if _, _, _, b := d.Jailer(); b != tc.want {
+			t.Errorf("chroot_base %s: got %s, want %s", tc.base, b, tc.want)
+		}
+	}
+	err = d.Configure(map[string]string{"jailer": jailerBinary, "uid": "1", "gid": "1", "chroot_base": filepath.Join(tmp, "dangling", "jails")})
+	if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), `setting "chroot_base"`) || !strings.Contains(err.Error(), "symlink to nothing") {
+		t.Errorf("chroot_base through a dangling symlink: got %v, want a chroot_base setting error", err)
+	}
+}
+
 // procIDs reads the real uid and gid of pid from /proc/PID/status.
 func procIDs(t *testing.T, pid int) (uid, gid string) {
 	t.Helper()

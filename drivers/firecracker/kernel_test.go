@@ -24,6 +24,7 @@ import (
 	"zyvor.dev/sysbox/internal/driver/drivertest"
 	"zyvor.dev/sysbox/internal/feature"
 	"zyvor.dev/sysbox/internal/guestagent"
+	"zyvor.dev/sysbox/internal/procfs"
 	"zyvor.dev/sysbox/internal/testenv"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -207,7 +208,7 @@ func TestForeignProcessNeverKilled(t *testing.T) {
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	must(t, waitAPI(ctx, sock, "foreign", exited))
-	fstart, err := procStartTime(cmd.Process.Pid)
+	fstart, err := procfs.StartTime(cmd.Process.Pid)
 	must(t, err)
 
 	for _, tc := range []struct {

@@ -16,6 +16,7 @@ import (
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/driver/guestvm"
 	"zyvor.dev/sysbox/internal/feature"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -206,7 +207,7 @@ func (d *Driver) Detach(_ context.Context, node substrate.Handle, st substrate.A
 // when the guest is already running. It is idempotent.
 func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
 	what := "firecracker node " + node.ExternalID + ": guest network"
-	cfg, err := guestNetwork(atts, routes)
+	cfg, err := guestvm.NetworkConfig(atts, routes) // nil: nothing to configure
 	if err != nil {
 		return fmt.Errorf("%s: %v: %w", what, err, driver.ErrInvalid)
 	}

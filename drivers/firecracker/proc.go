@@ -9,11 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/procfs"
 )
 
 // spawn starts `firecracker --api-sock SOCK --id NAME` (under the jailer when r is jailed, see
@@ -53,7 +53,7 @@ func (d *Driver) spawn(ctx context.Context, r nodeRecord) (pid int, start uint64
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }() // reap it whenever it ends
 	pid = cmd.Process.Pid
-	start, err = procStartTime(pid)
+	start, err = procfs.StartTime(pid)
 	if err == nil {
 		err = waitAPI(ctx, sock, name, exited)
 	}
@@ -91,38 +91,10 @@ func waitAPI(ctx context.Context, sock, id string, exited <-chan struct{}) error
 	}
 }
 
-// procStartTime is field 22 of /proc/PID/stat (clock ticks since boot).
-func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command may hold spaces and parentheses: fields start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return 0, fmt.Errorf("/proc/%d: exited: %w", pid, os.ErrNotExist)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
 // isOurVMM reports whether pid is still the VMM process the record names: same start time and
 // serving exactly sock. A recycled pid or a foreign firecracker never matches.
 func isOurVMM(pid int, start uint64, sock string) bool {
-	if pid <= 0 {
-		return false
-	}
-	st, err := procStartTime(pid)
-	if err != nil || st != start {
-		return false
-	}
-	return serves(pid, sock)
+	return procfs.Alive(pid, start) && serves(pid, sock)
 }
 
 // serves reports whether process pid serves exactly the host socket path sock: its command
@@ -174,7 +146,7 @@ func serving(sock string) []int {
 // pid. It waits for them to go.
 func killStrays(ctx context.Context, name, sock string) error {
 	for _, pid := range serving(sock) {
-		start, err := procStartTime(pid)
+		start, err := procfs.StartTime(pid)
 		if err != nil {
 			continue // already gone
 		}

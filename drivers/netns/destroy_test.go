@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"zyvor.dev/sysbox/internal/procfs"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -102,7 +103,7 @@ func TestKernelDeleteNodeRemovesHostEndsWithoutDetach(t *testing.T) {
 
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
-	_, err := procStartTime(pid)
+	_, err := procfs.StartTime(pid)
 	return err == nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/procfs"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -213,7 +214,7 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 		return fmt.Errorf("%s: start %q: %w", where, spec.Command[0], err)
 	}
 	go func() { _ = cmd.Wait() }() // reap it while this process lives; init adopts it after
-	start, err := procStartTime(cmd.Process.Pid)
+	start, err := procfs.StartTime(cmd.Process.Pid)
 	if err != nil {
 		return fmt.Errorf("%s: main process %d exited at once (see %s): %w", where, cmd.Process.Pid, d.logPath(name), err)
 	}

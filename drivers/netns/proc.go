@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/procfs"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -57,35 +58,10 @@ func (d *Driver) readSidecar(name string) (sidecar, error) {
 	return s, err
 }
 
-// procStartTime reads field 22 of /proc/PID/stat (clock ticks after boot).
-func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
-	}
-	f := bytes.Fields(b[i+1:])
-	// after ")" come fields 3.. ; starttime is field 22 → index 19
-	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	if f[0][0] == 'Z' || f[0][0] == 'X' {
-		return 0, fmt.Errorf("/proc/%d: zombie", pid)
-	}
-	return strconv.ParseUint(string(f[19]), 10, 64)
-}
-
 // processAlive reports whether pid is still the process recorded (same start time) and still
 // lives in the namespace with inode ino.
 func processAlive(pid int, start, ino uint64) bool {
-	if pid <= 0 {
-		return false
-	}
-	st, err := procStartTime(pid)
-	if err != nil || st != start {
+	if !procfs.Alive(pid, start) {
 		return false
 	}
 	got, err := nsInode("/proc/" + strconv.Itoa(pid) + "/ns/net")

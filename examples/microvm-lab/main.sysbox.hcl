@@ -10,6 +10,12 @@ substrate "local" {
   backend "local" { path = ".sysbox/state" }
 }
 
+variable "vms" {
+  type        = number
+  default     = 2
+  description = "How many microVMs to start."
+}
+
 resource "sysbox_artifact" "rootfs" {
   driver = "firecracker"
   kind   = "rootfs"
@@ -36,7 +42,7 @@ resource "sysbox_node" "router" {
 }
 
 resource "sysbox_node" "vm" {
-  count     = 2
+  count     = var.vms
   driver    = "firecracker"
   artifact  = sysbox_artifact.rootfs
   kernel    = sysbox_artifact.vmlinux

@@ -38,17 +38,7 @@ func TestMicroVMLab(t *testing.T) {
 	bin := testenv.BuildBinary(t, "zyvor.dev/sysbox/cmd/sysbox")
 	sim := testenv.BuildBinary(t, "zyvor.dev/sysbox/drivers/firecracker/internal/fcsim/cmd/firecracker")
 	agent := testenv.BuildBinary(t, "zyvor.dev/sysbox/cmd/sysbox-guest")
-	dir := t.TempDir()
-	src, err := os.ReadFile("main.sysbox.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), src, 0o644))
-	must(t, os.MkdirAll(filepath.Join(dir, "images"), 0o755))
-	rootfs := filepath.Join(dir, "images", "rootfs.ext4")
-	must(t, os.WriteFile(rootfs, []byte("an ext4 image stands here"), 0o644))
-	must(t, os.Truncate(rootfs, 4<<20))
-	must(t, os.WriteFile(filepath.Join(dir, "images", "vmlinux"), []byte("\x7fELF guest kernel"), 0o644))
+	dir := newLab(t, 4<<20)
 	reqLog := filepath.Join(dir, "requests.jsonl")
 	env := append(os.Environ(), "PATH="+filepath.Dir(sim)+":"+os.Getenv("PATH"), "FCSIM_REQUEST_LOG="+reqLog, "FCSIM_GUEST_AGENT="+agent)
 	run := func(args ...string) (string, error) {
@@ -151,6 +141,22 @@ func TestMicroVMLab(t *testing.T) {
 			t.Fatalf("TAP %s left after destroy", tap)
 		}
 	}
+}
+
+// newLab is a directory holding the example's topology and stand-in artifacts (the simulator
+// boots nothing): a sparse rootfs of rootfsSize bytes and a kernel.
+func newLab(t *testing.T, rootfsSize int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, err := os.ReadFile("main.sysbox.hcl")
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), src, 0o644))
+	must(t, os.MkdirAll(filepath.Join(dir, "images"), 0o755))
+	rootfs := filepath.Join(dir, "images", "rootfs.ext4")
+	must(t, os.WriteFile(rootfs, []byte("an ext4 image stands here"), 0o644))
+	must(t, os.Truncate(rootfs, rootfsSize))
+	must(t, os.WriteFile(filepath.Join(dir, "images", "vmlinux"), []byte("\x7fELF guest kernel"), 0o644))
+	return dir
 }
 
 func must(t *testing.T, err error) {

@@ -55,6 +55,8 @@ const (
 	planning = `internal/(addrs|config|graph|handlers|plans|states|secrets)`
 	backends = `internal/backend`
 	fluxvm   = `fluxvm`
+	// procfs reads /proc/PID/stat (a process's start time): a foundation of drivers and the CLI.
+	procfs = `internal/procfs`
 	// guestagent is a foundation of the VM drivers and the one module package the guest binary links.
 	guestagent = `internal/guestagent`
 	// wiring may hold concrete drivers: the CLI, commands, agents, benchmarks, examples, tests.
@@ -67,10 +69,10 @@ var Rules = []Rule{
 		From: under(substrate), Forbid: anyPkg, Allow: under(substrate)},
 	{Name: "internal/driver (interfaces, registry) depends only on pkg/",
 		From: regexp.MustCompile(`^internal/driver$`), Forbid: anyPkg, Allow: under(substrate)},
-	{Name: "a driver depends only on internal/driver, pkg/ and foundations (durable, argv, feature, guestagent), and on drivers/linuxnet; never on the runtime or another driver",
+	{Name: "a driver depends only on internal/driver, pkg/ and foundations (durable, argv, feature, procfs, guestagent), and on drivers/linuxnet; never on the runtime or another driver",
 		From:   under(drivers),
 		Forbid: anyPkg,
-		Allow:  under(substrate, `internal/driver`, `internal/durable`, `internal/argv`, `internal/feature`, guestagent, `drivers/linuxnet`),
+		Allow:  under(substrate, `internal/driver`, `internal/durable`, `internal/argv`, `internal/feature`, procfs, guestagent, `drivers/linuxnet`),
 		Tree:   regexp.MustCompile(`^` + drivers + `(/|$)`)},
 	{Name: "the executor reaches drivers only through the registry and resource types only through its Resources interface: no concrete driver, no fake, no CLI, no handlers, no config",
 		From: under(executor), Forbid: under(drivers, fake, cli, `cmd`, `internal/handlers`, `internal/config`)},
@@ -93,6 +95,8 @@ var Rules = []Rule{
 		From: under(`cmd/sysbox-guest`), Forbid: anyPkg, Allow: under(guestagent)},
 	{Name: "the control plane (API server, its store) holds no host rights: it imports no driver, fake, executor, agent, CLI or cmd; host work reaches it only from agents over the signed protocol",
 		From: under(`internal/controlplane`), Forbid: under(drivers, fake, executor, `internal/agent`, cli, `cmd`)},
+	{Name: "internal/procfs (reads /proc/PID/stat for drivers and the CLI) imports nothing else of the module",
+		From: under(procfs), Forbid: anyPkg},
 	{Name: "nothing but cmd/ imports the CLI",
 		From: anyPkg, Except: under(`cmd`, cli), Forbid: under(cli)},
 }

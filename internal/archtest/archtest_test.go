@@ -63,6 +63,8 @@ func TestRulesCatchBadImports(t *testing.T) {
 		{"internal/driver/guestvm", "internal/durable"},
 		{"internal/driver/guestvm", "internal/driver/fake"},
 		{"internal/guestagent", "internal/driver/guestvm"},
+		{"internal/procfs", "internal/durable"},
+		{"internal/procfs", "pkg/substrate"},
 	} {
 		got := Violations([]Package{{Path: tc.from, Imports: []string{tc.imp}}}, Rules)
 		if len(got) == 0 {
@@ -86,6 +88,9 @@ func TestRulesCatchBadImports(t *testing.T) {
 		{"drivers/libvirt", "internal/driver/guestvm"},
 		{"drivers/firecracker", "internal/driver/guestvm"},
 		{"internal/controlplane/store", "internal/backend/sqlstore"},
+		{"drivers/netns", "internal/procfs"},
+		{"drivers/firecracker", "internal/procfs"},
+		{"internal/cli/sysbox", "internal/procfs"},
 	} {
 		if got := Violations([]Package{{Path: tc.from, Imports: []string{tc.imp}}}, Rules); len(got) != 0 {
 			t.Errorf("%s importing %s: %s, want allowed", tc.from, tc.imp, strings.Join(got, "; "))

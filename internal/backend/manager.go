@@ -18,14 +18,17 @@ type Options struct {
 	LockTimeout time.Duration
 	// LeaseTTL, on a backend that declares leases, makes the lock expire LeaseTTL after its
 	// last renewal; the Manager renews it every LeaseTTL/3 while the operation runs, so a
-	// crashed holder blocks others for at most LeaseTTL. A lost lease fails every later save.
+	// crashed holder blocks others for at most LeaseTTL. A renewal that fails is retried
+	// until the lease expires; a lost lease (expired, or refused by the backend) fails every
+	// later save.
 	LeaseTTL time.Duration
 	// Require adds the handlers' identity requirements to the built-in ownership checks.
 	Require states.Requirement
 	// KeepSnapshots bounds how many snapshots are kept after taking one: 0 means
 	// DefaultKeepSnapshots, a negative value keeps all.
 	KeepSnapshots int
-	// Now stamps snapshots and tool versions; time.Now when nil.
+	// Now stamps snapshots and tool versions and is the clock lease expiry is judged by;
+	// time.Now when nil.
 	Now func() time.Time
 }
 

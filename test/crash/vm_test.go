@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"zyvor.dev/sysbox/drivers/libvirt"
 	"zyvor.dev/sysbox/internal/executor"
 	"zyvor.dev/sysbox/internal/executor/exectest"
-	"zyvor.dev/sysbox/internal/executor/failpoint"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -89,36 +86,20 @@ func TestKillRealBinaryVM(t *testing.T) {
 	testenv.Require(t, err == nil, "needs a running libvirtd at "+libvirt.DefaultSocket+" (daemon-tier test)")
 	img := testenv.GuestImage(t)
 	topo := fmt.Sprintf(vmTopology, img, vmKernelDir(t, img))
-	real := func(t *testing.T, dir string, env []string, args ...string) exectest.Outcome {
-		t.Helper()
-		c := exec.Command(binary, args...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), env...)
-		return exectest.Run(t, fmt.Sprintf("run %v", args), c)
-	}
-	mustReal := func(t *testing.T, dir, what string, args ...string) string {
-		t.Helper()
-		r := real(t, dir, nil, args...)
-		if r.Killed || r.Code != 0 {
-			t.Fatalf("%s: %v: killed=%v exit=%d\n%s", what, args, r.Killed, r.Code, r.Out)
-		}
-		return r.Out
-	}
+	sb := exectest.CLI{Bin: binary}
 	lab := func(t *testing.T) string {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), []byte(topo), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { real(t, dir, nil, "destroy", "-auto-approve") })
+		t.Cleanup(func() { sb.Run(t, dir, nil, "destroy", "-auto-approve") })
 		return dir
 	}
 	// oneVM checks the recovered lab: one domain and one overlay of the VM, everything present,
 	// nothing left to recover, the guest answering.
 	oneVM := func(t *testing.T, dir, what string) {
 		t.Helper()
-		if r := real(t, dir, nil, "recover"); r.Killed || r.Code != 0 {
-			t.Fatalf("%s: recover: killed=%v exit=%d\n%s", what, r.Killed, r.Code, r.Out)
-		}
+		sb.Must(t, dir, what+": recover", "recover")
 		d, err := libvirt.New(libvirt.Options{DomainType: libvirt.TypeQEMU})
 		if err != nil {
 			t.Fatal(err)
@@ -144,47 +125,33 @@ func TestKillRealBinaryVM(t *testing.T) {
 			}
 		}
 		count("after recover", false)
-		mustReal(t, dir, what+": converging apply", "apply", "-auto-approve")
+		sb.Must(t, dir, what+": converging apply", "apply", "-auto-approve")
 		count("after the converging apply", true)
-		out := mustReal(t, dir, what, "refresh")
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			if strings.HasPrefix(line, "sysbox_") && !strings.HasSuffix(line, ": present") {
-				t.Fatalf("%s: after recovery: %s\n%s", what, line, out)
-			}
-		}
-		if r := real(t, dir, nil, "recover"); r.Code != 0 || !strings.Contains(r.Out, "Nothing to recover") {
-			t.Fatalf("%s: second recover: %+v", what, r)
-		}
-		if out := mustReal(t, dir, what, "exec", "sysbox_node.vm", "--", "hostname"); strings.TrimSpace(out) != "sysbox-guest" {
+		sb.Settled(t, dir, what)
+		if out := sb.Must(t, dir, what, "exec", "sysbox_node.vm", "--", "hostname"); strings.TrimSpace(out) != "sysbox-guest" {
 			t.Fatalf("%s: exec hostname in the VM: %q", what, out)
 		}
 	}
-	killAt := func(t *testing.T, dir string, n int, args ...string) (exectest.Outcome, int) {
-		trace := filepath.Join(t.TempDir(), "trace")
-		r := real(t, dir, []string{failpoint.EnvTrace + "=" + trace, failpoint.EnvSpec + "=" + executor.PointCheckpoint + "@" + strconv.Itoa(n)}, args...)
-		return r, exectest.Traced(t, trace, executor.PointCheckpoint)
-	}
-
 	t.Run("create", func(t *testing.T) {
 		exectest.KillLoop{Point: executor.PointCheckpoint, Exact: true,
 			Run: func(t *testing.T, n int) (exectest.Outcome, int, string) {
 				dir := lab(t)
-				r, passed := killAt(t, dir, n, "apply", "-auto-approve")
+				r, passed := sb.KillAt(t, dir, executor.PointCheckpoint, n, "apply", "-auto-approve")
 				return r, passed, dir
 			},
 			After: func(t *testing.T, dir, what string) {
 				oneVM(t, dir, what)
-				if out := mustReal(t, dir, what, "destroy", "-auto-approve"); !strings.Contains(out, "Residue audit: no object") {
+				if out := sb.Must(t, dir, what, "destroy", "-auto-approve"); !strings.Contains(out, "Residue audit: no object") {
 					t.Fatalf("%s: destroy:\n%s", what, out)
 				}
 			}}.Kill(t, "apply")
 	})
 	t.Run("reset", func(t *testing.T) {
 		dir := lab(t)
-		mustReal(t, dir, "setup", "apply", "-auto-approve")
+		sb.Must(t, dir, "setup", "apply", "-auto-approve")
 		exectest.KillLoop{Point: executor.PointCheckpoint, Exact: true,
 			Run: func(t *testing.T, n int) (exectest.Outcome, int, string) {
-				r, passed := killAt(t, dir, n, "reset", "sysbox_node.vm")
+				r, passed := sb.KillAt(t, dir, executor.PointCheckpoint, n, "reset", "sysbox_node.vm")
 				return r, passed, dir
 			},
 			After: oneVM}.Kill(t, "reset")

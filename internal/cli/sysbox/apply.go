@@ -114,7 +114,7 @@ func (a *App) runApply(ctx context.Context, f *applyFlags, planFile string) erro
 		fmt.Fprintln(a.Env.Stdout, s)
 	}
 	if err != nil {
-		return err
+		return withDriftHint(err)
 	}
 	fmt.Fprintln(a.Env.Stdout, "Apply complete.")
 	return nil

@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"zyvor.dev/sysbox/internal/executor"
+	"zyvor.dev/sysbox/internal/procfs"
 	"zyvor.dev/sysbox/internal/ui"
 )
 
@@ -70,12 +70,12 @@ func (l *runLog) create(dir, command string, now time.Time) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	start, err := procStart(os.Getpid())
+	start, err := procfs.StartTime(os.Getpid())
 	if err != nil {
 		return err
 	}
 	b, err := json.Marshal(lastRunLine{Type: "header", At: now.UTC(), Kind: lastRunKind, Version: lastRunVersion,
-		Command: command, PID: os.Getpid(), PIDStart: start})
+		Command: command, PID: os.Getpid(), PIDStart: strconv.FormatUint(start, 10)})
 	if err != nil {
 		return err
 	}
@@ -155,25 +155,6 @@ func (l *runLog) end(msg string) {
 	}
 }
 
-// procStart is field 22 of /proc/PID/stat (start time in clock ticks after boot): with the pid
-// it names one process, also after the pid is reused.
-func procStart(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')') // the command name may hold spaces and parentheses
-	if i < 0 {
-		return "", fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, s)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 20", pid, len(f))
-	}
-	return f[19], nil
-}
-
 // Bounds of what the view keeps of the last run's file.
 const lastRunMaxLines = 200
 
@@ -244,8 +225,8 @@ func readLastRun(dir string) (*lastRun, error) {
 		return nil, fmt.Errorf("%s: no header line", path)
 	}
 	if r.end == nil {
-		start, err := procStart(r.header.PID)
-		r.interrupted = err != nil || start != r.header.PIDStart
+		start, err := procfs.StartTime(r.header.PID)
+		r.interrupted = err != nil || strconv.FormatUint(start, 10) != r.header.PIDStart
 	}
 	return r, nil
 }

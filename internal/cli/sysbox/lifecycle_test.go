@@ -20,13 +20,7 @@ import (
 // TestLifecycleCommands runs apply, output, exec, refresh, reset, recover, import and destroy
 // on examples/lab-small with the fake driver standing in for netns and nftables (test mode).
 func TestLifecycleCommands(t *testing.T) {
-	dir := copyDir(t, "../../../examples/lab-small")
-	world := filepath.Join(dir, "world.json")
-	environ := []string{EnvTestFakeWorld + "=" + world, "WEB_TOKEN=cli-test-token"}
-	sb := func(args ...string) result {
-		t.Helper()
-		return run(t, environ, false, append([]string{"--chdir", dir}, args...)...)
-	}
+	dir, world, sb := fakeLabSmall(t)
 	expect := func(r result, code int, want ...string) {
 		t.Helper()
 		expectResult(t, r, code, want...)
@@ -72,6 +66,18 @@ func TestLifecycleCommands(t *testing.T) {
 	expect(sb("destroy", "-auto-approve"), 1, "residue audit: 1 object(s)", "sysbox_node.lost")
 	if st := readLocalState(t, filepath.Join(dir, ".sysbox", "state")); len(st.Resources) != 0 {
 		t.Fatalf("state after destroy: %v", st.Addresses())
+	}
+}
+
+// fakeLabSmall copies examples/lab-small and returns its directory, its fake world file and a
+// runner of CLI commands in it (the fake driver stands in for netns and nftables).
+func fakeLabSmall(t *testing.T) (dir, world string, sb func(args ...string) result) {
+	dir = copyDir(t, "../../../examples/lab-small")
+	world = filepath.Join(dir, "world.json")
+	environ := []string{EnvTestFakeWorld + "=" + world, "WEB_TOKEN=cli-test-token"}
+	return dir, world, func(args ...string) result {
+		t.Helper()
+		return run(t, environ, false, append([]string{"--chdir", dir}, args...)...)
 	}
 }
 

@@ -45,7 +45,7 @@ the prior generation after re-checking its ownership markers. No other node is t
 			if s := runSummary("Reset", res); s != "" && res.Done+len(res.Failed) > 0 {
 				fmt.Fprintln(app.Env.Stdout, s)
 			}
-			return err
+			return withDriftHint(err)
 		},
 	}
 	addRunFlags(cmd, &f)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -49,5 +50,21 @@ func TestOpenAPIJSONIsTheDocument(t *testing.T) {
 	}
 	if len(fromJSON.Paths.Map()) < 10 {
 		t.Fatalf("served document has %d paths", len(fromJSON.Paths.Map()))
+	}
+}
+
+// TestOpenAPINamesTheEventKinds: the document names every event kind the agent sends, where an
+// event is read and where it is sent.
+func TestOpenAPINamesTheEventKinds(t *testing.T) {
+	doc, err := openAPIDoc()
+	if err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	read := doc.Components.Schemas["Event"].Value.Properties["kind"].Value.Description
+	sent := doc.Components.Schemas["EventBatch"].Value.Properties["events"].Value.Items.Value.Properties["kind"].Value.Description
+	for _, kind := range []string{"progress", "stderr", "checkpoint"} {
+		if !strings.Contains(read, kind) || !strings.Contains(sent, kind) {
+			t.Errorf("event kind %q: Event.kind says %q, EventBatch's kind says %q; want it named in both", kind, read, sent)
+		}
 	}
 }
