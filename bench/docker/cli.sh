@@ -9,6 +9,9 @@
 # Needs root, dockerd, the docker CLI and /bin/busybox (busybox-static).
 #   N=100 NETS=5 PAR=8 ROUNDS=1 bench/docker/cli.sh
 # SYSBOX_BIN=PATH measures that binary instead of building this tree's.
+# CALLS=1 sends both sides through bench/docker/apicount, a counting proxy of the Engine API
+# (DOCKER_HOST for sysbox and the docker CLI alike), and after each phase prints its API calls per
+# container and the calls by route; the timings then include the proxy.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export PATH=/usr/local/go/bin:$PATH:/usr/sbin:/sbin
@@ -16,18 +19,44 @@ n=${N:-100}
 nets=${NETS:-5}
 par=${PAR:-8}
 rounds=${ROUNDS:-1}
+calls=${CALLS:-0}
 docker version >/dev/null 2>&1 || { echo "dockerd is not running" >&2; exit 1; }
 command -v bc >/dev/null || { echo "cli.sh: needs bc" >&2; exit 1; }
 work=$(mktemp -d)
 tag=sysbox-bench-$$:latest
+proxy=
 cleanup() {
   (cd "$work/lab" && "$work/sysbox" destroy -auto-approve >/dev/null 2>&1) || true
   [ -s "$work/ids" ] && xargs -r docker rm -f <"$work/ids" >/dev/null 2>&1 || true
   docker rmi -f "$tag" >/dev/null 2>&1 || true
+  if [ -n "$proxy" ]; then kill "$proxy" 2>/dev/null || true; wait "$proxy" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 if [ -n "${SYSBOX_BIN:-}" ]; then cp "$SYSBOX_BIN" "$work/sysbox"; else (cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox); fi
+seen=0
+if [ "$calls" = 1 ]; then
+  (cd "$here/../.." && go build -o "$work/apicount" ./bench/docker/apicount)
+  "$work/apicount" -listen "$work/api.sock" -log "$work/api.log" &
+  proxy=$!
+  for _ in $(seq 1 100); do [ -S "$work/api.sock" ] && break; sleep 0.1; done
+  [ -S "$work/api.sock" ] || { echo "cli.sh: the API proxy did not start" >&2; exit 1; }
+  export DOCKER_HOST="unix://$work/api.sock"
+fi
+# daemon_cpu: CPU seconds (user+system) dockerd has used so far.
+daemon_cpu() { awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$(cat /var/run/docker.pid)/stat"; }
+dcpu0=
+# calls_of PHASE: with CALLS=1, the API calls since the previous phase, per container and by
+# route, and the CPU dockerd used meanwhile (its own process; containerd, shims and runc aside).
+calls_of() {
+  [ "$calls" = 1 ] || return 0
+  local total dcpu; total=$(wc -l <"$work/api.log") dcpu=$(daemon_cpu)
+  sed -n "$((seen + 1)),${total}p" "$work/api.log" >"$work/phase.log"
+  seen=$total
+  echo "round $r $1 API calls: $(awk -v n="$n" 'END { printf "%.2f", NR / n }' "$work/phase.log") per container, dockerd cpu $(echo "$dcpu - $dcpu0" | bc)s"
+  "$work/apicount" -sum "$work/phase.log" | sed 's/^/    /'
+  dcpu0=$(daemon_cpu)
+}
 
 # The image: a busybox rootfs, as examples/vm-lab/prepare.sh builds it.
 mkdir -p "$work/rootfs/bin" "$work/lab"
@@ -70,16 +99,22 @@ timed() {
 }
 now() { date +%s.%N; }
 cd "$work/lab"
+if [ "$calls" = 1 ]; then seen=$(wc -l <"$work/api.log") dcpu0=$(daemon_cpu); fi  # the image import is not a phase
 for r in $(seq 1 "$rounds"); do
   read -r aw ac am < <(timed "$work/sysbox" apply -auto-approve)
+  calls_of "apply: sysbox"
   read -r dw dc dm < <(timed "$work/sysbox" destroy -auto-approve)
+  calls_of "destroy: sysbox"
   t0=$(now)
   seq 1 "$n" | xargs -P "$par" -I{} docker run -d --init --network none "$tag" sleep 3600 >"$work/ids"
   t1=$(now)
+  calls_of "apply: docker-run-x$par"
+  t1b=$(now)
   xargs docker rm -f <"$work/ids" >/dev/null
   t2=$(now)
+  calls_of "destroy: docker-rm-f-all"
   : >"$work/ids"
-  pa=$(echo "$t1 - $t0" | bc) pd=$(echo "$t2 - $t1" | bc)
+  pa=$(echo "$t1 - $t0" | bc) pd=$(echo "$t2 - $t1b" | bc)
   echo "round $r containers=$n networks=$nets apply: sysbox ${aw}s (cpu ${ac}s, rss ${am}MB) docker-run-x$par $(printf %.2f "$pa")s ratio $(echo "scale=3; $aw / $pa" | bc)"
   echo "round $r containers=$n networks=$nets destroy: sysbox ${dw}s (cpu ${dc}s, rss ${dm}MB) docker-rm-f-all $(printf %.2f "$pd")s ratio $(echo "scale=3; $dw / $pd" | bc)"
 done

@@ -9,9 +9,12 @@
 //     Ref. The loaded image is also tagged sysbox-artifact:<hex digest>, which is how a later
 //     resolve or VerifyArtifact ties a daemon image to archive content.
 //   - Every container carries ownership labels (topology, address, type, generation and the
-//     substrate marker). Every destructive call inspects the container by id and compares those
-//     labels with the owner it was given first; a mismatch or missing label returns an error
-//     wrapping driver.ErrNotOwned and touches nothing. A container's name is never proof.
+//     substrate marker). Every destructive call compares the labels of the container id it acts
+//     on with the owner it was given first; a mismatch or missing label returns an error
+//     wrapping driver.ErrNotOwned and touches nothing. A container's name is never proof. Labels
+//     cannot change on an existing container and ids are never reused, so the labels of an id
+//     are read once per driver (its create, an inspect, or one list of the topology's
+//     containers) and later checks of that id use them (owners.go).
 //   - Containers run with network mode "none". Each attachment is a veth pair created from the
 //     host: the host side is enslaved to the network's Linux bridge (Handle.ExternalID), the peer
 //     is created inside the container's network namespace (/proc/PID/ns/net). Both ends carry the
@@ -19,7 +22,9 @@
 //     a netlink handle bound to that namespace, so containers need no capabilities.
 //   - A container's network namespace exists only while it runs, so Attach starts a created
 //     container (StartNode afterwards is a no-op). A restarted container has a new namespace and
-//     loses its NICs: ObserveAttachment then reports the attachment absent.
+//     loses its NICs: ObserveAttachment then reports the attachment absent. The wiring calls
+//     after a start (configure, hosts, start again) use the pid seen running for as long as
+//     /proc/PID/cgroup names the container (live.go); observations always inspect.
 //   - An unreachable daemon is driver.ErrUnavailable and observation status unknown, never absent.
 //   - NodeSpec.Environment and ExecRequest.Env are handed to the daemon for that call only; they
 //     are never written to a handle, envelope, label, error or log line.

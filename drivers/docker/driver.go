@@ -45,7 +45,9 @@ type Driver struct {
 	cli         *client.Client
 	stopTimeout time.Duration
 	stateDir    string
-	sidecarMu   sync.Mutex
+	sidecarMu   [64]sync.Mutex // NIC records' locks, by container id (sidecarLock)
+	owners      ownerCache     // container id → owner its labels name (see owners.go)
+	live        liveCache      // container id → running instance last seen (see live.go)
 }
 
 // New returns a driver talking to the daemon at opts.Host. It does not contact the daemon.

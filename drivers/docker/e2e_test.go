@@ -2,12 +2,12 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"zyvor.dev/sysbox/drivers/docker/imagetest"
+	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -320,20 +321,54 @@ func TestDaemonRestartMidApplyRecovered(t *testing.T) {
 
 // webStepMidCreate reports whether the interrupted run's checkpoint log leaves the web node's
 // create at "attached" or "wired": the container is running and recovery must finish the
-// operation. Records are JSON lines whose payload is embedded raw, an operation's address,
-// action and step first (executor.OpState's field order).
+// operation. The log is read as recovery reads it (durable.Read: checksums, sequence, the one
+// repair rule), each record's payload decoded by field name into checkpointOp, so the check
+// depends on the documented record fields, not on how the executor orders them.
 func (l *e2eLab) webStepMidCreate() bool {
 	l.t.Helper()
-	b, err := os.ReadFile(filepath.Join(l.dir, ".sysbox", "checkpoint.log"))
+	addr := "sysbox_node." + l.web
+	last, ops := "", 0
+	_, err := durable.Read(filepath.Join(l.dir, ".sysbox", "checkpoint.log"), checkpointKind, checkpointVersion, func(rec durable.Record) error {
+		var r checkpointRecord
+		if err := json.Unmarshal(rec.Payload, &r); err != nil {
+			return err
+		}
+		if r.Type != "op" {
+			return nil
+		}
+		// Every op record names its operation and step; one that does not means the format
+		// changed under this test, which must fail rather than never find the kill point.
+		if r.Op == nil || r.Op.Address == "" || r.Op.Action == "" || r.Op.Step == "" {
+			return fmt.Errorf("op record %d lacks address, action or step: %s", rec.Seq, rec.Payload)
+		}
+		ops++
+		if r.Op.Address == addr && r.Op.Action == "create" {
+			last = r.Op.Step
+		}
+		return nil
+	})
 	if err != nil {
 		l.t.Fatalf("read the interrupted run's checkpoint log: %v", err)
 	}
-	re := regexp.MustCompile(`"address":"sysbox_node\.` + regexp.QuoteMeta(l.web) + `","action":"create","step":"([a-z-]+)"`)
-	last := ""
-	for _, m := range re.FindAllSubmatch(b, -1) {
-		last = string(m[1])
+	if ops == 0 { // called once the web container runs: its create was recorded
+		l.t.Fatalf("the interrupted run's checkpoint log holds no operation record")
 	}
 	return last == "attached" || last == "wired"
+}
+
+// The checkpoint log's record kind and version (executor's checkpointKind/checkpointVersion),
+// and the fields of its records this test reads (executor.record, executor.OpState).
+const checkpointKind, checkpointVersion = "sysbox-checkpoint", 1
+
+type checkpointRecord struct {
+	Type string        `json:"type"`
+	Op   *checkpointOp `json:"op"`
+}
+
+type checkpointOp struct {
+	Address string `json:"address"`
+	Action  string `json:"action"`
+	Step    string `json:"step"`
 }
 
 // checkServes checks that every node is present, the probe reaches the web node through the

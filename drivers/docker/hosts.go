@@ -20,23 +20,31 @@ var _ driver.Hosts = (*Driver)(nil)
 // line and the entries. The file goes with the container.
 func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner substrate.Owner, entries []driver.HostEntry) error {
 	what := "node " + owner.Address + ": hosts"
-	ins, err := d.inspectOwned(ctx, what, node, owner)
-	if err != nil {
-		return err
+	r, ok := d.live.lookup(node.ExternalID)
+	if ok {
+		if _, err := d.ownedID(ctx, what, node, owner); err != nil {
+			return err
+		}
+	} else {
+		ins, err := d.inspectOwned(ctx, what, node, owner)
+		if err != nil {
+			return err
+		}
+		r, ok = d.live.note(ins)
 	}
-	if ins.State == nil || !ins.State.Running || ins.HostsPath == "" {
+	if !ok || r.HostsPath == "" {
 		return nil
 	}
-	cur, err := os.ReadFile(ins.HostsPath)
+	cur, err := os.ReadFile(r.HostsPath)
 	if err != nil {
-		return fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
+		return fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
 	}
 	// Docker's lines are what precedes our marker line (if an earlier call wrote one).
 	if i := bytes.Index(cur, []byte(linuxnet.HostsMarkerPrefix)); i >= 0 {
 		cur = cur[:i]
 	}
-	if err := linuxnet.WriteHostsInPlace(ins.HostsPath, linuxnet.RenderHosts(cur, owner, entries)); err != nil {
-		return fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
+	if err := linuxnet.WriteHostsInPlace(r.HostsPath, linuxnet.RenderHosts(cur, owner, entries)); err != nil {
+		return fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
 	}
 	return nil
 }

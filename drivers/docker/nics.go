@@ -54,25 +54,25 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 		}
 		mac = m
 	}
-	ins, err := d.ensureRunning(ctx, what, node, spec.Owner)
+	r, err := d.ensureRunning(ctx, what, node, spec.Owner)
 	if err != nil {
 		return substrate.AttachmentState{}, err
 	}
 	p := nicPrivate{HostIf: hostIfName(spec.Owner, spec.Name), GuestIf: guestIfName(spec.Name),
 		Bridge: spec.Network.ExternalID, Marker: spec.Owner.Marker()}
-	err = wireVeth(ins.State.Pid, vethSpec{HostIf: p.HostIf, GuestIf: p.GuestIf, Bridge: p.Bridge, MAC: mac,
+	err = wireVeth(r.Pid, vethSpec{HostIf: p.HostIf, GuestIf: p.GuestIf, Bridge: p.Bridge, MAC: mac,
 		MTU: spec.MTU, Alias: nicAlias(spec.Owner, spec.Name)})
 	if err != nil {
-		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
+		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
 	}
 	// Addresses go on with the wiring (as the netns driver does), so a NIC re-attached during
 	// recovery answers even before ConfigureGuestNetwork runs again; gateway and routes follow there.
-	if err := linuxnet.ConfigureGuest(ctx, linuxnet.PidNetns(ins.State.Pid), []linuxnet.GuestInterface{{Name: p.GuestIf, IPv4: spec.IPv4}}, nil); err != nil {
+	if err := linuxnet.ConfigureGuest(ctx, linuxnet.PidNetns(r.Pid), []linuxnet.GuestInterface{{Name: p.GuestIf, IPv4: spec.IPv4}}, nil); err != nil {
 		_ = deleteHostLink(p.HostIf, nicAlias(spec.Owner, spec.Name))
-		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
+		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
 	}
-	if err := d.updateSidecar(ins.ID, spec.Owner, func(n map[string]nicPrivate) { n[spec.Name] = p }); err != nil {
-		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(ins.ID), err)
+	if err := d.updateSidecar(r.ID, spec.Owner, func(n map[string]nicPrivate) { n[spec.Name] = p }); err != nil {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
 	}
 	return substrate.AttachmentState{Name: spec.Name, MAC: mac.String(), IPv4: spec.IPv4, Gateway: spec.Gateway,
 		Private: nicEnvelope(p)}, nil
@@ -82,12 +82,15 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 // a netlink handle inside the container's namespace (linuxnet.ConfigureGuest).
 func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
 	what := "configure network of container " + short(node.ExternalID)
-	ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
-	if err != nil {
-		return apiErr(what, err)
-	}
-	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
-		return fmt.Errorf("%s: container is not running", what)
+	r, ok := d.live.lookup(node.ExternalID)
+	if !ok {
+		ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
+		if err != nil {
+			return apiErr(what, err)
+		}
+		if r, ok = d.live.note(ins); !ok {
+			return fmt.Errorf("%s: container is not running", what)
+		}
 	}
 	var ifaces []linuxnet.GuestInterface
 	for _, a := range atts {
@@ -99,7 +102,7 @@ func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handl
 	}
 	// The same rules as the netns driver's nodes: addresses, links up, then routes, the first
 	// gateway becoming the default route unless a route names 0.0.0.0/0.
-	if err := linuxnet.ConfigureGuest(ctx, linuxnet.PidNetns(ins.State.Pid), ifaces, routes); err != nil {
+	if err := linuxnet.ConfigureGuest(ctx, linuxnet.PidNetns(r.Pid), ifaces, routes); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil

@@ -112,6 +112,8 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	for {
 		resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 		if err == nil {
+			d.owners.remember(resp.ID, cfg.Labels)
+			d.owners.setFresh(resp.ID, true)
 			return nodeHandle(nodePrivate{ContainerID: resp.ID, Name: name, ImageID: spec.Artifact.Ref, Marker: spec.Owner.Marker()}), nil
 		}
 		if !errdefs.IsConflict(err) {
@@ -149,6 +151,7 @@ func (d *Driver) inspectOwned(ctx context.Context, what string, h substrate.Hand
 	if err != nil {
 		return ins, apiErr(fmt.Sprintf("%s: container %s", what, short(h.ExternalID)), err)
 	}
+	d.owners.remember(ins.ID, ins.Config.Labels)
 	if err := checkOwned(fmt.Sprintf("%s: container %s", what, short(ins.ID)), ins.Config.Labels, owner); err != nil {
 		return ins, err
 	}
@@ -161,29 +164,53 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 	return err
 }
 
-func (d *Driver) ensureRunning(ctx context.Context, what string, h substrate.Handle, owner substrate.Owner) (container.InspectResponse, error) {
+// ensureRunning returns h's container running, after checking it is owner's: as last seen when
+// its pid is still one of its processes (live.go), else started if need be and inspected.
+func (d *Driver) ensureRunning(ctx context.Context, what string, h substrate.Handle, owner substrate.Owner) (running, error) {
+	if r, ok := d.live.lookup(h.ExternalID); ok {
+		if _, err := d.ownedID(ctx, what, h, owner); err != nil {
+			return running{}, err
+		}
+		return r, nil
+	}
+	if d.owners.isFresh(h.ExternalID) {
+		// Created by this driver and not started since: its labels are known, so it is started
+		// without an inspect first (a container started meanwhile makes the start a no-op).
+		id, err := d.ownedID(ctx, what, h, owner)
+		if err != nil {
+			return running{}, err
+		}
+		d.owners.setFresh(id, false)
+		return d.startAndInspect(ctx, what, id)
+	}
 	ins, err := d.inspectOwned(ctx, what, h, owner)
 	if err != nil {
-		return ins, err
+		return running{}, err
 	}
-	if ins.State != nil && ins.State.Running && ins.State.Pid > 0 {
-		return ins, nil
+	if r, ok := d.live.note(ins); ok {
+		return r, nil
 	}
-	if err := d.cli.ContainerStart(ctx, ins.ID, container.StartOptions{}); err != nil {
-		return ins, apiErr(fmt.Sprintf("%s: container %s", what, short(ins.ID)), err)
+	return d.startAndInspect(ctx, what, ins.ID)
+}
+
+// startAndInspect starts container id and inspects it: it must be running with a pid.
+func (d *Driver) startAndInspect(ctx context.Context, what, id string) (running, error) {
+	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		return running{}, apiErr(fmt.Sprintf("%s: container %s", what, short(id)), err)
 	}
-	ins, err = d.cli.ContainerInspect(ctx, ins.ID)
+	ins, err := d.cli.ContainerInspect(ctx, id)
 	if err != nil {
-		return ins, apiErr(fmt.Sprintf("%s: container %s", what, short(h.ExternalID)), err)
+		return running{}, apiErr(fmt.Sprintf("%s: container %s", what, short(id)), err)
 	}
-	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
+	r, ok := d.live.note(ins)
+	if !ok {
 		status := "unknown"
 		if ins.State != nil {
 			status = fmt.Sprintf("%s (exit code %d, %s)", ins.State.Status, ins.State.ExitCode, ins.State.Error)
 		}
-		return ins, fmt.Errorf("%s: container %s did not keep running: %s", what, short(ins.ID), status)
+		return running{}, fmt.Errorf("%s: container %s did not keep running: %s", what, short(id), status)
 	}
-	return ins, nil
+	return r, nil
 }
 
 // ObserveNode reports present, absent (no such container and no replacement), drifted (the
@@ -305,13 +332,14 @@ func (d *Driver) listOwned(ctx context.Context, topology, address string) ([]con
 // StopNode stops the container gracefully (StopTimeout, then SIGKILL).
 func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
 	what := "node " + owner.Address + ": stop"
-	ins, err := d.inspectOwned(ctx, what, h, owner)
+	id, err := d.ownedID(ctx, what, h, owner)
 	if err != nil {
 		return err
 	}
 	secs := int(d.stopTimeout.Seconds())
-	if err := d.cli.ContainerStop(ctx, ins.ID, container.StopOptions{Timeout: &secs}); err != nil {
-		return apiErr(fmt.Sprintf("%s: container %s", what, short(ins.ID)), err)
+	d.live.forget(id)
+	if err := d.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}); err != nil {
+		return apiErr(fmt.Sprintf("%s: container %s", what, short(id)), err)
 	}
 	return nil
 }
@@ -320,7 +348,7 @@ func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substra
 // already gone is not an error.
 func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error {
 	what := "node " + owner.Address + ": delete"
-	ins, err := d.inspectOwned(ctx, what, h, owner)
+	id, err := d.ownedID(ctx, what, h, owner)
 	if errors.Is(err, driver.ErrNotFound) {
 		if err := removeHostLinksOf(owner); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
@@ -330,14 +358,19 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	if err != nil {
 		return err
 	}
+	// The container first: a daemon that cannot remove it leaves its NICs wired. Its namespace
+	// going takes the veth pairs with it, but asynchronously, so the host sides still there are
+	// removed here (a pair the kernel removes meanwhile is gone, not an error).
+	err = d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return apiErr(fmt.Sprintf("%s: container %s", what, short(id)), err)
+	}
+	d.owners.forget(id)
+	d.live.forget(id)
 	if err := removeHostLinksOf(owner); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	err = d.cli.ContainerRemove(ctx, ins.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !errdefs.IsNotFound(err) {
-		return apiErr(fmt.Sprintf("%s: container %s", what, short(ins.ID)), err)
-	}
-	if err := d.removeSidecar(ins.ID); err != nil {
+	if err := d.removeSidecar(id); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil

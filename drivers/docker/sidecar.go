@@ -3,12 +3,14 @@ package docker
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -66,8 +68,9 @@ func (d *Driver) updateSidecar(containerID string, owner substrate.Owner, fn fun
 	if !containerIDRE.MatchString(containerID) {
 		return fmt.Errorf("NIC record: %q is not a full container id", containerID)
 	}
-	d.sidecarMu.Lock()
-	defer d.sidecarMu.Unlock()
+	mu := d.sidecarLock(containerID)
+	mu.Lock()
+	defer mu.Unlock()
 	sc, err := d.readSidecar(containerID)
 	if err != nil {
 		sc = sidecar{ContainerID: containerID, NICs: map[string]nicPrivate{}} // a corrupt record is rewritten
@@ -91,6 +94,14 @@ func (d *Driver) updateSidecar(containerID string, owner substrate.Owner, fn fun
 		return fmt.Errorf("NIC record: %w", err)
 	}
 	return nil
+}
+
+// sidecarLock is the lock of containerID's record. Records of different containers do not
+// share one, so their fsyncs overlap instead of queueing behind each other.
+func (d *Driver) sidecarLock(containerID string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(containerID))
+	return &d.sidecarMu[h.Sum32()%uint32(len(d.sidecarMu))]
 }
 
 func (d *Driver) removeSidecar(containerID string) error {

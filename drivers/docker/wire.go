@@ -19,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -183,7 +184,7 @@ func deleteHostLink(hostIf, alias string) error {
 	if l.Attrs().Alias != alias {
 		return fmt.Errorf("link %s carries alias %q, not this attachment's marker: %w", hostIf, l.Attrs().Alias, driver.ErrNotOwned)
 	}
-	if err := netlink.LinkDel(l); err != nil {
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("delete link %s: %w", hostIf, err)
 	}
 	return nil
