@@ -54,11 +54,12 @@ func main() {
 	jsonOut := flag.Bool("json", false, "print the result as JSON")
 	parallel := flag.Int("parallel", 0, "threads for snapshot/restore (0: the store's default)")
 	fluxvm := flag.String("fluxvm", "", "time whole `run`s of this fluxvm-upgrade binary instead (see run.go)")
+	fluxvmBase := flag.String("fluxvm-base", "", "with -fluxvm: also time this (older) build, alternating with it")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := run(ctx, *entries, *runs, *root, *dir, *bpftool, *parallel, *fluxvm)
+	res, err := run(ctx, *entries, *runs, *root, *dir, *bpftool, *parallel, *fluxvm, *fluxvmBase)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bpfmap-bench:", err)
 		os.Exit(1)
@@ -84,7 +85,7 @@ func main() {
 
 const keySize, valueSize = 8, 16
 
-func run(ctx context.Context, n, runs int, root, dir, bpftool string, parallel int, fluxvm string) (*result, error) {
+func run(ctx context.Context, n, runs int, root, dir, bpftool string, parallel int, fluxvm, fluxvmBase string) (*result, error) {
 	if ok, err := bpfmap.IsBPFFS(root); err != nil || !ok {
 		return nil, fmt.Errorf("%s is not a mounted bpffs (mount -t bpf bpf %s): %v", root, root, err)
 	}
@@ -127,7 +128,7 @@ func run(ctx context.Context, n, runs int, root, dir, bpftool string, parallel i
 	}
 	if fluxvm != "" {
 		m.Close()
-		return nil, b.timeFluxvmRun(ctx, fluxvm, root, dir)
+		return nil, b.timeFluxvmRun(ctx, fluxvm, fluxvmBase, root, dir)
 	}
 	snapT, err := b.timeSnapshot(ctx, res)
 	if err != nil {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 
 	"zyvor.dev/sysbox/fluxvm/bpfmap/internal/testmap"
+	"zyvor.dev/sysbox/internal/durable"
 )
 
 // storeWorld is what the conformance suite needs around a Store: a place to create, fill and
@@ -248,6 +250,39 @@ func runConformance(t *testing.T, w storeWorld) {
 		if _, err := s.Restore(ctx, spec, ms, nil); !errors.Is(err, ErrNoEntries) {
 			t.Errorf("merge from a metadata-only snapshot: got %v, want ErrNoEntries", err)
 		}
+	})
+
+	t.Run("only the expected snapshot is restored", func(t *testing.T) {
+		// Another valid snapshot of the same map, taken after the datapath changed it, in place
+		// of the one whose digest the engine journaled; and a symlink to the right one.
+		w.create(t, hash)
+		w.fill(t, 0, 200, 1)
+		w.fill(t, 200, 10, 6)
+		other := filepath.Join(dir, "other.snap")
+		osi, err := s.Snapshot(ctx, spec, other, nil)
+		if err != nil || osi.SHA256 == si.SHA256 {
+			t.Fatalf("second Snapshot = %+v, %v; want another sha256 than %s", osi, err, si.SHA256)
+		}
+		link := filepath.Join(dir, "link.snap")
+		if err := os.Symlink(snap, link); err != nil {
+			t.Fatal(err)
+		}
+		w.create(t, hash)
+		sp := spec
+		sp.SnapshotSHA256 = si.SHA256
+		if _, err := s.Restore(ctx, sp, other, nil); !errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(err.Error(), si.SHA256) {
+			t.Errorf("Restore of another valid snapshot: got %v, want ErrCorruptSnapshot naming the expected sha256", err)
+		}
+		if _, err := s.Restore(ctx, sp, link, nil); !errors.Is(err, durable.ErrNotRegular) {
+			t.Errorf("Restore through a symlink to the expected snapshot: got %v, want durable.ErrNotRegular", err)
+		}
+		if d := w.dump(t); len(d) != 0 {
+			t.Fatalf("a refused restore wrote %d entries", len(d))
+		}
+		if rep, err := s.Restore(ctx, sp, snap, nil); err != nil || rep.Written != 200 {
+			t.Fatalf("Restore of the expected snapshot = %+v, %v; want 200 written", rep, err)
+		}
+		checkEntries(t, "after the expected snapshot", w.dump(t), entries(span{0, 200, 1}))
 	})
 
 	t.Run("missing pin, escaping pin, corrupt snapshot", func(t *testing.T) {

@@ -308,9 +308,13 @@ func (f *Fake) Snapshot(ctx context.Context, spec Spec, path string, progress Pr
 // Restore replays a snapshot into the map now at spec.Pin under spec.Policy.
 func (f *Fake) Restore(ctx context.Context, spec Spec, path string, progress Progress) (RestoreReport, error) {
 	rep := RestoreReport{Policy: spec.Policy}
-	data, err := os.ReadFile(path)
+	// As KernelStore: never through a symlink, and only the expected file when a digest is given.
+	data, err := durable.ReadRegular(path, 0)
 	if err != nil {
 		return rep, fmt.Errorf("%s: restore: snapshot %s: %w", where(spec), path, err)
+	}
+	if sum := sha256.Sum256(data); spec.SnapshotSHA256 != "" && hex.EncodeToString(sum[:]) != spec.SnapshotSHA256 {
+		return rep, fmt.Errorf("%s: restore: snapshot %s has sha256 %x, expected %s: %w", where(spec), path, sum, spec.SnapshotSHA256, ErrCorruptSnapshot)
 	}
 	var s fakeSnapshot
 	if _, err := durable.DecodeRecord(data, fakeSnapKind, 1, &s); err != nil {

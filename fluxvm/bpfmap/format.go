@@ -7,11 +7,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"os"
 	"time"
+
+	"zyvor.dev/sysbox/internal/durable"
 )
 
 // Snapshot file format, version 1. Everything is little-endian; keys and values are the raw
@@ -101,19 +104,15 @@ func (c *entryChunks) add(k, v []byte, n int) {
 	c.n += int64(n)
 }
 
-// hashingWriter writes through to w and into a running SHA-256.
-type hashingWriter struct {
-	w io.Writer
-	h hash.Hash
-}
-
-func (hw *hashingWriter) Write(p []byte) (int, error) {
-	hw.h.Write(p)
-	return hw.w.Write(p)
-}
-
 // writeSnapshot streams a version-1 snapshot to w and returns the sha256 of the whole file.
 func writeSnapshot(w io.Writer, h *Header, entries *entryChunks) (string, error) {
+	return writeSnapshotBlocks(w, h, entries, nil)
+}
+
+// writeSnapshotBlocks is writeSnapshot calling written(offset, length) after each block w took
+// (Snapshot starts the block's writeback there). The checksum is computed by another goroutine
+// while w takes the blocks: only the last 32 bytes wait for it.
+func writeSnapshotBlocks(w io.Writer, h *Header, entries *entryChunks, written func(off, n int64)) (string, error) {
 	h.Format, h.Version = SnapshotFormat, SnapshotVersion
 	if entries == nil {
 		entries = &entryChunks{}
@@ -123,46 +122,48 @@ func writeSnapshot(w io.Writer, h *Header, entries *entryChunks) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("encode snapshot header: %w", err)
 	}
-	hw := &hashingWriter{w: w, h: sha256.New()}
-	var pre [preambleLen]byte
-	copy(pre[:8], snapMagic)
-	binary.LittleEndian.PutUint32(pre[8:12], SnapshotVersion)
-	binary.LittleEndian.PutUint32(pre[12:16], uint32(len(hdr)))
-	if _, err := hw.Write(pre[:]); err != nil {
-		return "", err
-	}
-	if _, err := hw.Write(hdr); err != nil {
-		return "", err
-	}
-	for _, blocks := range [][][]byte{entries.keys, entries.vals} {
-		for _, b := range blocks {
-			if _, err := hw.Write(b); err != nil {
-				return "", err
-			}
-		}
-	}
+	head := make([]byte, preambleLen, preambleLen+len(hdr))
+	copy(head[:8], snapMagic)
+	binary.LittleEndian.PutUint32(head[8:12], SnapshotVersion)
+	binary.LittleEndian.PutUint32(head[12:16], uint32(len(hdr)))
+	head = append(head, hdr...)
 	var tr [16]byte
 	copy(tr[:8], trailerMagic)
 	binary.LittleEndian.PutUint64(tr[8:], uint64(entries.n))
-	if _, err := hw.Write(tr[:]); err != nil {
+	blocks := make([][]byte, 0, 2+len(entries.keys)+len(entries.vals))
+	blocks = append(blocks, head)
+	blocks = append(blocks, entries.keys...)
+	blocks = append(blocks, entries.vals...)
+	blocks = append(blocks, tr[:])
+
+	type sums struct {
+		inner, full []byte
+		err         error
+	}
+	done := make(chan sums, 1) // buffered: the hasher never blocks if a write fails first
+	go func() {
+		var s sums
+		s.inner, s.full, s.err = innerAndFullSumBlocks(blocks)
+		done <- s
+	}()
+	var off int64
+	for _, b := range blocks {
+		if _, err := w.Write(b); err != nil {
+			return "", err
+		}
+		if written != nil {
+			written(off, int64(len(b)))
+		}
+		off += int64(len(b))
+	}
+	s := <-done
+	if s.err != nil {
+		return "", s.err
+	}
+	if _, err := w.Write(s.inner); err != nil {
 		return "", err
 	}
-	// The inner checksum covers everything before it; the file's own sha256 continues from the
-	// same state over the checksum bytes, so the file is hashed once.
-	state, err := hw.h.(encoding.BinaryMarshaler).MarshalBinary()
-	if err != nil {
-		return "", err
-	}
-	sum := hw.h.Sum(nil)
-	full := sha256.New()
-	if err := full.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
-		return "", err
-	}
-	full.Write(sum)
-	if _, err := w.Write(sum); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(full.Sum(nil)), nil
+	return hex.EncodeToString(s.full), nil
 }
 
 func corrupt(format string, args ...any) error {
@@ -238,16 +239,35 @@ func parseSnapshot(data []byte) (*Snapshot, error) {
 func innerAndFullSum(data []byte) (inner, full []byte, err error) {
 	h := sha256.New()
 	h.Write(data[:len(data)-sha256.Size])
+	return innerAndContinued(h, data[len(data)-sha256.Size:])
+}
+
+// innerAndFullSumBlocks is innerAndFullSum for a file being written: the blocks are everything
+// before the checksum, and the file ends with the checksum computed here.
+func innerAndFullSumBlocks(blocks [][]byte) (inner, full []byte, err error) {
+	h := sha256.New()
+	for _, b := range blocks {
+		h.Write(b)
+	}
+	return innerAndContinued(h, nil)
+}
+
+// innerAndContinued returns h's sum and the sum of h's input followed by tail (nil: by that
+// sum), continuing from h's state rather than hashing the input again.
+func innerAndContinued(h hash.Hash, tail []byte) (inner, full []byte, err error) {
 	state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
 	if err != nil {
 		return nil, nil, err
 	}
 	inner = h.Sum(nil)
+	if tail == nil {
+		tail = inner
+	}
 	f := sha256.New()
 	if err := f.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
 		return nil, nil, err
 	}
-	f.Write(data[len(data)-sha256.Size:])
+	f.Write(tail)
 	return inner, f.Sum(nil), nil
 }
 
@@ -261,6 +281,37 @@ func ReadSnapshot(path string) (*Snapshot, error) {
 	sd, err := parseSnapshot(data)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	return sd, nil
+}
+
+// readSnapshotFile is what Restore reads: like ReadSnapshot, but never through a symlink, and,
+// when want is set, only the file whose sha256 is want. The digest comes from the same pass as
+// the checksum, so the file is read and hashed once.
+func readSnapshotFile(path, want string) (*Snapshot, error) {
+	f, err := durable.OpenRegular(path)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	// One read into a buffer of the file's size; a file that grows meanwhile is cut short and
+	// then fails its checksum.
+	data := make([]byte, fi.Size())
+	n, err := io.ReadFull(f, data)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	sd, err := parseSnapshot(data[:n])
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if want != "" && sd.SHA256 != want {
+		return nil, fmt.Errorf("snapshot %s has sha256 %s, expected %s (the snapshot recorded when it was taken): %w",
+			path, sd.SHA256, want, ErrCorruptSnapshot)
 	}
 	return sd, nil
 }

@@ -103,6 +103,45 @@ func TestSnapshotFormatRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWriteSnapshotBlocks: the writeback callback sees every byte before the checksum once, in
+// order, and a failing writer stops the write with its error.
+func TestWriteSnapshotBlocks(t *testing.T) {
+	c, _, _ := sampleEntries(1001, 64)
+	want, wantSum := encode(t, sampleHeader(), c)
+	var buf bytes.Buffer
+	var next int64
+	sum, err := writeSnapshotBlocks(&buf, sampleHeader(), c, func(off, n int64) {
+		if off != next || n <= 0 || int64(buf.Len()) != off+n {
+			t.Errorf("written(%d, %d) after %d bytes reported and %d in the writer", off, n, next, buf.Len())
+		}
+		next = off + n
+	})
+	if err != nil || sum != wantSum || !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("writeSnapshotBlocks = %s, %v, %d bytes; want %s and the %d bytes of writeSnapshot", sum, err, buf.Len(), wantSum, len(want))
+	}
+	if next != int64(len(want)-sha256.Size) {
+		t.Errorf("written reported %d bytes, want all %d before the checksum", next, len(want)-sha256.Size)
+	}
+	for _, failAt := range []int{1, 5, 2*len(c.keys) + 2, 2*len(c.keys) + 3} {
+		w := &failingWriter{left: failAt}
+		if _, err := writeSnapshot(w, sampleHeader(), c); !errors.Is(err, errDiskFull) {
+			t.Errorf("writer failing at write %d: got %v, want its error", failAt, err)
+		}
+	}
+}
+
+var errDiskFull = errors.New("disk full")
+
+// failingWriter accepts left-1 writes and fails the next.
+type failingWriter struct{ left int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.left--; w.left == 0 {
+		return 0, errDiskFull
+	}
+	return len(p), nil
+}
+
 func TestSnapshotTornAtEveryLength(t *testing.T) {
 	c, _, _ := sampleEntries(20, 8)
 	data, _ := encode(t, sampleHeader(), c)
@@ -207,6 +246,58 @@ func TestVerifySnapshotFile(t *testing.T) {
 	}
 	if _, _, err := VerifySnapshot(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: got %v, want os.ErrNotExist", err)
+	}
+}
+
+// TestReadSnapshotFileExpectedDigest: what Restore reads is the file whose digest it was given,
+// as a regular file; another valid snapshot, a flipped bit, a symlink or a torn file is refused.
+func TestReadSnapshotFileExpectedDigest(t *testing.T) {
+	dir := t.TempDir()
+	c, keys, vals := sampleEntries(50, 16)
+	data, sum := encode(t, sampleHeader(), c)
+	other := sampleHeader()
+	other.CreatedAt = other.CreatedAt.Add(time.Second)
+	otherData, otherSum := encode(t, other, c)
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	path := write("m.snap", data)
+	for _, want := range []string{sum, ""} {
+		sd, err := readSnapshotFile(path, want)
+		if err != nil {
+			t.Fatalf("readSnapshotFile(want %q): %v", want, err)
+		}
+		if sd.SHA256 != sum || !bytes.Equal(sd.Keys, keys) || !bytes.Equal(sd.Values, vals) {
+			t.Errorf("readSnapshotFile(want %q): sha %s and %d/%d key/value bytes, want %s and the entries written", want, sd.SHA256, len(sd.Keys), len(sd.Values), sum)
+		}
+	}
+	if otherSum == sum {
+		t.Fatal("two headers gave one digest")
+	}
+	if _, err := readSnapshotFile(write("other.snap", otherData), sum); !errors.Is(err, ErrCorruptSnapshot) {
+		t.Errorf("another valid snapshot: got %v, want ErrCorruptSnapshot", err)
+	}
+	if _, err := readSnapshotFile(path, otherSum); !errors.Is(err, ErrCorruptSnapshot) {
+		t.Errorf("expected digest of another snapshot: got %v, want ErrCorruptSnapshot", err)
+	}
+	flipped := bytes.Clone(data)
+	flipped[len(flipped)/2] ^= 1
+	if _, err := readSnapshotFile(write("flipped.snap", flipped), sum); !errors.Is(err, ErrCorruptSnapshot) {
+		t.Errorf("flipped bit: got %v, want ErrCorruptSnapshot", err)
+	}
+	if _, err := readSnapshotFile(write("torn.snap", data[:len(data)-1]), sum); !errors.Is(err, ErrCorruptSnapshot) {
+		t.Errorf("torn file: got %v, want ErrCorruptSnapshot", err)
+	}
+	link := filepath.Join(dir, "link.snap")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readSnapshotFile(link, sum); !errors.Is(err, durable.ErrNotRegular) {
+		t.Errorf("symlink to the expected snapshot: got %v, want durable.ErrNotRegular", err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -345,9 +344,9 @@ func (s *KernelStore) Snapshot(ctx context.Context, spec Spec, path string, prog
 	h.Info = info
 
 	var sum string
-	err = durable.WriteFileFunc(path, 0o600, func(w io.Writer) error {
+	err = durable.WriteFileTo(path, 0o600, func(f *os.File) error {
 		var err error
-		sum, err = writeSnapshot(w, h, entries)
+		sum, err = writeSnapshotBlocks(f, h, entries, startWriteback(f))
 		return err
 	})
 	if err != nil {
@@ -357,8 +356,21 @@ func (s *KernelStore) Snapshot(ctx context.Context, spec Spec, path string, prog
 	return SnapshotInfo{Path: path, Info: info, Entries: h.Entries, SHA256: sum}, nil
 }
 
+// startWriteback returns a callback that asks the kernel to start writing each block of f to
+// disk as soon as it is written, so the disk works while the rest is written and hashed and the
+// closing fsync (which alone makes the file durable) has little left. It is only a hint: an
+// error (a file system without it) changes nothing but the timing.
+func startWriteback(f *os.File) func(off, n int64) {
+	fd := int(f.Fd())
+	return func(off, n int64) {
+		_ = unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
+	}
+}
+
 // Restore replays the snapshot at path into the map now pinned at spec.Pin under spec.Policy.
-// It refuses, before writing anything: a snapshot from another boot (ErrBootChanged), a target
+// It refuses, before writing anything: a snapshot path that is not a regular file (a symlink:
+// durable.ErrNotRegular), a corrupt snapshot or, when spec.SnapshotSHA256 is set, any but the
+// expected one (ErrCorruptSnapshot), a snapshot from another boot (ErrBootChanged), a target
 // whose type, key size or value size differs (ErrABIMismatch), a non-generic map
 // (ErrNotGeneric), a snapshot without entries (ErrNoEntries), and a snapshot — or, for merge,
 // the union with the target's current keys — larger than the target's max_entries
@@ -380,7 +392,7 @@ func (s *KernelStore) Restore(ctx context.Context, spec Spec, path string, progr
 	default:
 		return fail(fmt.Errorf("policy %q: want %s, %s or %s", spec.Policy, MetadataOnly, Merge, Replace))
 	}
-	sd, err := ReadSnapshot(path)
+	sd, err := readSnapshotFile(path, spec.SnapshotSHA256)
 	if err != nil {
 		return fail(err)
 	}

@@ -36,6 +36,10 @@ type Spec struct {
 	// NoCount makes Probe leave Info.Entries at -1: counting reads every entry (a full batch
 	// read of a 1M-entry map), and Run needs only the checks, not the count.
 	NoCount bool
+	// SnapshotSHA256, when set, is the sha256 the snapshot file must have: Restore refuses any
+	// other file (ErrCorruptSnapshot) before writing anything. The engine passes the digest it
+	// journaled when the snapshot was taken, so the file is read and hashed once.
+	SnapshotSHA256 string
 }
 
 // Info is what the live map says about itself.

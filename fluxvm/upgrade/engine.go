@@ -2,8 +2,6 @@ package upgrade
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -722,7 +720,7 @@ func (t *tx) restoreMaps(ctx context.Context, c *Component, rollback bool) (json
 		spec := t.plan.Spec(c, m)
 		err := jerr
 		if err == nil {
-			err = t.checkMapSnapshot(c, m, journaled)
+			spec.SnapshotSHA256, err = t.journaledMapSHA256(c, m, journaled)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -758,33 +756,18 @@ func (t *tx) journaledSnapshot(c *Component) (snapshotDetail, error) {
 	return d, nil
 }
 
-// checkMapSnapshot refuses a map snapshot file whose sha256 is not the one journaled when it was
-// taken: a corrupt file, or another valid snapshot swapped in its place.
-func (t *tx) checkMapSnapshot(c *Component, m *Map, d snapshotDetail) error {
-	path := t.mapSnapshotPath(c, m)
-	var want string
+// journaledMapSHA256 is the sha256 the journal recorded for the map's snapshot file. The store
+// restores only from a file with exactly that digest (bpfmap.Spec.SnapshotSHA256), so a corrupt
+// file, or another valid snapshot swapped in its place, is refused before anything is written;
+// it checks the digest while it reads the file, which is then read and hashed once.
+func (t *tx) journaledMapSHA256(c *Component, m *Map, d snapshotDetail) (string, error) {
 	for _, r := range d.Maps {
-		if r.Map == m.Name && r.Snapshot != nil {
-			want = r.Snapshot.SHA256
+		if r.Map == m.Name && r.Snapshot != nil && r.Snapshot.SHA256 != "" {
+			return r.Snapshot.SHA256, nil
 		}
 	}
-	if want == "" {
-		return fmt.Errorf("component %s: map %s: the journal records no snapshot of this map; refusing to restore %s", c.Name, m.Name, path)
-	}
-	f, err := durable.OpenRegular(path)
-	if err != nil {
-		return fmt.Errorf("component %s: map %s: snapshot: %w", c.Name, m.Name, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("component %s: map %s: snapshot %s: %w", c.Name, m.Name, path, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
-		return fmt.Errorf("component %s: map %s: snapshot %s has sha256 %s, the journal recorded %s: %w",
-			c.Name, m.Name, path, got, want, bpfmap.ErrCorruptSnapshot)
-	}
-	return nil
+	return "", fmt.Errorf("component %s: map %s: the journal records no snapshot of this map; refusing to restore %s",
+		c.Name, m.Name, t.mapSnapshotPath(c, m))
 }
 
 func (t *tx) restoreFiles(c *Component) (json.RawMessage, error) {
