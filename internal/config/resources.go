@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/dynblock"
@@ -274,6 +275,19 @@ func (e *evaluator) runJobs() {
 	if len(jobs) == 0 {
 		return
 	}
+	// left counts each resource's jobs still to run, when a body goes once they have run.
+	var left map[*Resource]*atomic.Int32
+	if e.opts.ReleaseBodies {
+		left = make(map[*Resource]*atomic.Int32, len(jobs))
+		for _, j := range jobs {
+			n := left[j.rs.cfg]
+			if n == nil {
+				n = new(atomic.Int32)
+				left[j.rs.cfg] = n
+			}
+			n.Add(1)
+		}
+	}
 	work := make(chan *decodeJob, len(jobs))
 	for _, j := range jobs {
 		work <- j
@@ -286,6 +300,12 @@ func (e *evaluator) runJobs() {
 			defer wg.Done()
 			for j := range work {
 				j.run()
+				j.ctx = nil // its scope is not needed once decoded (jobs stay listed for their diagnostics)
+				if left != nil && left[j.rs.cfg].Add(-1) == 0 {
+					// Every user of the body has run: the deferred resources are those nothing
+					// refers to, and all their instances (in every module instance) are jobs here.
+					j.rs.cfg.Body, j.rs.cfg.bodyRefs = nil, nil
+				}
 			}
 		}()
 	}
