@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/function"
 	"zyvor.dev/sysbox/internal/addrs"
 )
 
@@ -194,7 +195,10 @@ type decodeJob struct {
 	schema  Schema
 	spec    hcldec.Spec
 	fast    *fastSpec // nil: hcldec only
-	ctx     *hcl.EvalContext
+	vars    *lazyVars // the evaluation context's variables, shared by the resource's instances
+	rep     rep
+	funcs   map[string]function.Function
+	ctx     *hcl.EvalContext // made by run
 	dynamic bool
 	baseDir string
 	diags   hcl.Diagnostics
@@ -208,6 +212,7 @@ func (j *decodeJob) errf(summary, format string, args ...any) {
 }
 
 func (j *decodeJob) run() {
+	j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), j.rep), Functions: j.funcs}
 	cfg, addr := j.rs.cfg, j.ri.Addr
 	body := cfg.Body
 	if j.dynamic {
@@ -300,7 +305,7 @@ func (e *evaluator) runJobs() {
 			defer wg.Done()
 			for j := range work {
 				j.run()
-				j.ctx = nil // its scope is not needed once decoded (jobs stay listed for their diagnostics)
+				j.ctx, j.vars, j.rep = nil, nil, rep{} // not needed once decoded (jobs stay listed for their diagnostics)
 				if left != nil && left[j.rs.cfg].Add(-1) == 0 {
 					// Every user of the body has run: the deferred resources are those nothing
 					// refers to, and all their instances (in every module instance) are jobs here.
@@ -357,7 +362,13 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	} else {
 		travs = cfg.refs()
 	}
-	vars, deps, failed := e.scope(mi, travs, x.kind)
+	sc := e.resolve(mi, travs, x.kind)
+	var deps []*resSlot
+	failed = false
+	if sc != nil {
+		deps, failed = sc.deps, sc.failed
+	}
+	vars := &lazyVars{b: sc}
 	deps = append(deps, xdeps...)
 	var explicit []hcl.Traversal
 	for _, tr := range cfg.DependsOn {
@@ -376,7 +387,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 			continue
 		}
 		job := &decodeJob{rs: rs, ri: ri, schema: schema, spec: spec, fast: e.fastSpec(cfg.Addr, spec), dynamic: hasDynamic, baseDir: mi.mod.Dir,
-			ctx: &hcl.EvalContext{Variables: withRep(vars, x.reps[i]), Functions: mi.funcs}}
+			vars: vars, rep: x.reps[i], funcs: mi.funcs}
 		if rs.deferred {
 			e.jobs = append(e.jobs, job)
 			continue
