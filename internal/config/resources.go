@@ -214,20 +214,21 @@ func (j *decodeJob) errf(summary, format string, args ...any) {
 func (j *decodeJob) run() {
 	j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), j.rep), Functions: j.funcs}
 	cfg, addr := j.rs.cfg, j.ri.Addr
+	// The fast decoder skips the meta-arguments itself; hcldec and dynblock see them hidden.
 	body := cfg.Body
 	if j.dynamic {
-		body = dynblock.Expand(body, j.ctx)
+		body = dynblock.Expand(cfg.schemaBody(), j.ctx)
 	}
 	val, ok := cty.NilVal, false
 	if j.fast != nil {
 		val, ok = j.fast.decode(body, nil, j.ctx)
 		if ok && checkFastDecode != nil {
-			checkFastDecode(body, j.spec, j.ctx, val)
+			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), j.spec, j.ctx, val)
 		}
 	}
 	if !ok {
 		var d hcl.Diagnostics
-		val, d = hcldec.Decode(body, j.spec, j.ctx)
+		val, d = hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), j.spec, j.ctx)
 		j.diags = append(j.diags, d...)
 		if d.HasErrors() {
 			j.failed = true
@@ -270,6 +271,15 @@ func (j *decodeJob) run() {
 		return
 	}
 	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.refAttr, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.RefAttr, dec.References
+}
+
+// schemaBodyOf is the body hcldec decodes: an expanded dynamic body as it is (expanded from
+// the schema body), else the resource's schema body.
+func schemaBodyOf(cfg *Resource, body hcl.Body, dynamic bool) hcl.Body {
+	if dynamic {
+		return body
+	}
+	return cfg.schemaBody()
 }
 
 // runJobs runs the deferred decode jobs on all CPUs, then merges their diagnostics in job
@@ -358,7 +368,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	hasDynamic := bodyHasDynamic(cfg.Body)
 	var travs []hcl.Traversal
 	if hasDynamic {
-		travs = dynblock.VariablesHCLDec(cfg.Body, spec)
+		travs = dynblock.VariablesHCLDec(cfg.schemaBody(), spec)
 	} else {
 		travs = cfg.refs()
 	}
