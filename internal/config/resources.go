@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
-	"github.com/zclconf/go-cty/cty/function"
 	"zyvor.dev/sysbox/internal/addrs"
 )
 
@@ -187,21 +186,19 @@ func (e *evaluator) callValue(cs *callSlot) (cty.Value, []*resSlot, bool) {
 	return objs[0], deps, failed
 }
 
-// decodeJob decodes one resource instance's body. It touches only its own fields and the
-// instance, so that jobs of resources nothing refers to can run in parallel (runJobs).
+// decodeJob decodes one resource instance's body. It writes only its own fields and the
+// instance, and reads its slot's schema, module instance and body, fixed before any job runs,
+// so that jobs of resources nothing refers to can run in parallel (runJobs). It is small: the
+// jobs of a large topology are all held until the last has run.
 type decodeJob struct {
-	rs      *resSlot
+	rs      *resSlot // with the schema, module instance (functions, directory) and body
 	ri      *ResourceInstance
-	schema  Schema
-	spec    hcldec.Spec
-	fast    *fastSpec // nil: hcldec only
-	vars    *lazyVars // the evaluation context's variables, shared by the resource's instances
-	rep     rep
-	funcs   map[string]function.Function
+	fast    *fastSpec        // nil: hcldec only
+	vars    *lazyVars        // the evaluation context's variables, shared by the resource's instances
+	rep     *rep             // count.index or each.*: into the resource's expansion; nil when neither
 	ctx     *hcl.EvalContext // made by run
-	dynamic bool
-	baseDir string
 	diags   hcl.Diagnostics
+	dynamic bool
 	failed  bool
 }
 
@@ -212,7 +209,12 @@ func (j *decodeJob) errf(summary, format string, args ...any) {
 }
 
 func (j *decodeJob) run() {
-	j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), j.rep), Functions: j.funcs}
+	r := rep{}
+	if j.rep != nil {
+		r = *j.rep
+	}
+	j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), r), Functions: j.rs.mi.funcs}
+	spec := j.rs.schema.Spec()
 	cfg, addr := j.rs.cfg, j.ri.Addr
 	// The fast decoder skips the meta-arguments itself; hcldec and dynblock see them hidden.
 	body := cfg.Body
@@ -223,12 +225,12 @@ func (j *decodeJob) run() {
 	if j.fast != nil {
 		val, ok = j.fast.decode(body, nil, j.ctx)
 		if ok && checkFastDecode != nil {
-			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), j.spec, j.ctx, val)
+			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.ctx, val)
 		}
 	}
 	if !ok {
 		var d hcl.Diagnostics
-		val, d = hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), j.spec, j.ctx)
+		val, d = hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.ctx)
 		j.diags = append(j.diags, d...)
 		if d.HasErrors() {
 			j.failed = true
@@ -264,7 +266,7 @@ func (j *decodeJob) run() {
 	if j.failed {
 		return
 	}
-	dec, d := j.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.baseDir, SecretPaths: secretPaths})
+	dec, d := j.rs.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.rs.mi.mod.Dir, SecretPaths: secretPaths})
 	j.diags = append(j.diags, d...)
 	if d.HasErrors() || dec == nil {
 		j.failed = true
@@ -315,7 +317,7 @@ func (e *evaluator) runJobs() {
 			defer wg.Done()
 			for j := range work {
 				j.run()
-				j.ctx, j.vars, j.rep = nil, nil, rep{} // not needed once decoded (jobs stay listed for their diagnostics)
+				j.ctx, j.vars, j.rep = nil, nil, nil // not needed once decoded (jobs stay listed for their diagnostics)
 				if left != nil && left[j.rs.cfg].Add(-1) == 0 {
 					// Every user of the body has run: the deferred resources are those nothing
 					// refers to, and all their instances (in every module instance) are jobs here.
@@ -396,8 +398,10 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 		if failed {
 			continue
 		}
-		job := &decodeJob{rs: rs, ri: ri, schema: schema, spec: spec, fast: e.fastSpec(cfg.Addr, spec), dynamic: hasDynamic, baseDir: mi.mod.Dir,
-			vars: vars, rep: x.reps[i], funcs: mi.funcs}
+		job := &decodeJob{rs: rs, ri: ri, fast: e.fastSpec(cfg.Addr, spec), dynamic: hasDynamic, vars: vars}
+		if x.reps[i].kind != repNone {
+			job.rep = &x.reps[i]
+		}
 		if rs.deferred {
 			e.jobs = append(e.jobs, job)
 			continue

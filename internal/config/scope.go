@@ -67,7 +67,7 @@ type scopeBuilder struct {
 	vars    map[string]map[string]cty.Value // var, local, and TYPE → NAME → value
 	data    map[string]map[string]cty.Value // data TYPE → NAME → value
 	partial map[string]map[string]cty.Value // resource key → referenced attributes
-	full    map[string]cty.Value            // resources referenced as a whole: their values
+	full    []fullRef                       // resources referenced as a whole, with their values
 	modFull map[string]cty.Value
 	modPart map[string]map[string]cty.Value
 	out     map[string]cty.Value
@@ -274,10 +274,23 @@ func (b *scopeBuilder) resource(tr hcl.Traversal) {
 			return
 		}
 	}
-	if b.full == nil {
-		b.full = map[string]cty.Value{}
+	b.full = append(b.full, fullRef{key, rs.value()}) // now: finish may run on another goroutine (resolve)
+}
+
+// fullRef is a resource referenced as a whole (TYPE.NAME) and its value. A slice of them, not
+// a map: a deferred job holds its builder until it runs, and a map's smallest table is ~400 B.
+type fullRef struct {
+	key string
+	val cty.Value
+}
+
+func (b *scopeBuilder) hasFull(key string) bool {
+	for _, f := range b.full {
+		if f.key == key {
+			return true
+		}
 	}
-	b.full[key] = rs.value() // now: finish may run on another goroutine (resolve)
+	return false
 }
 
 // finish assembles the evaluation context's variables from what resolve collected; it
@@ -287,15 +300,15 @@ func (b *scopeBuilder) finish() map[string]cty.Value {
 		b.out = make(map[string]cty.Value, 4)
 	}
 	for key, attrs := range b.partial {
-		if _, ok := b.full[key]; ok {
+		if b.hasFull(key) {
 			continue
 		}
 		typ, name, _ := strings.Cut(key, ".")
 		b.put(typ, name, cty.ObjectVal(attrs))
 	}
-	for key, v := range b.full {
-		typ, name, _ := strings.Cut(key, ".")
-		b.put(typ, name, v)
+	for _, f := range b.full {
+		typ, name, _ := strings.Cut(f.key, ".")
+		b.put(typ, name, f.val)
 	}
 	for root, m := range b.vars {
 		b.out[root] = cty.ObjectVal(m)
