@@ -368,19 +368,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	}
 	spec := schema.Spec()
 	hasDynamic := bodyHasDynamic(cfg.Body)
-	var travs []hcl.Traversal
-	if hasDynamic {
-		travs = dynblock.VariablesHCLDec(cfg.schemaBody(), spec)
-	} else {
-		travs = cfg.refs()
-	}
-	sc := e.resolve(mi, travs, x.kind)
-	var deps []*resSlot
-	failed = false
-	if sc != nil {
-		deps, failed = sc.deps, sc.failed
-	}
-	vars := &lazyVars{b: sc}
+	vars, deps, failed := e.bodyScope(mi, cfg, spec, hasDynamic, x.kind)
 	deps = append(deps, xdeps...)
 	var explicit []hcl.Traversal
 	for _, tr := range cfg.DependsOn {
@@ -415,6 +403,23 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	rs.deps = deps
 	rs.kind = x.kind
 	return rs
+}
+
+// bodyScope resolves the references of a resource's body (through dynamic blocks, as
+// dynblock finds them): the variables its decode jobs share, what it depends on, and whether
+// a reference failed.
+func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasDynamic bool, kind repKind) (*lazyVars, []*resSlot, bool) {
+	var travs []hcl.Traversal
+	if hasDynamic {
+		travs = dynblock.VariablesHCLDec(cfg.schemaBody(), spec)
+	} else {
+		travs = cfg.refs()
+	}
+	sc := e.resolve(mi, travs, kind)
+	if sc == nil {
+		return &lazyVars{}, nil, false
+	}
+	return &lazyVars{b: sc}, sc.deps, sc.failed
 }
 
 // value is the resource's value for expressions: the instance object (no count/for_each), a
