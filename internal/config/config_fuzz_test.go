@@ -32,5 +32,11 @@ func FuzzLoadEvaluate(f *testing.F) {
 		if top == nil && !d.HasErrors() {
 			t.Fatalf("no topology and no error diagnostic: %v", d)
 		}
+		// Releasing the bodies as they are decoded changes nothing a caller sees.
+		m, sources, _ = config.Load(dir)
+		again, d2 := config.Evaluate(m, sources, config.Options{Schemas: schemas, ValidateOnly: true, ReleaseBodies: true})
+		if d2.Error() != d.Error() || (again == nil) != (top == nil) || top != nil && describeTopology(again) != describeTopology(top) {
+			t.Fatalf("with ReleaseBodies: got %v, want %v", d2, d)
+		}
 	})
 }

@@ -1,17 +1,21 @@
 package config_test
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"weak"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"zyvor.dev/sysbox/internal/config"
 	"zyvor.dev/sysbox/internal/handlers"
@@ -440,4 +444,102 @@ resource "sysbox_node" "a" {}
 	if _, _, ok := top.DependencyGraph(); ok {
 		t.Error("dependency graph offered without depends_on (none is built)")
 	}
+}
+
+// TestReleaseModulesLetsTheModuleTreeGo: after ReleaseModules, nothing the topology holds
+// keeps the module tree (every file's syntax tree) reachable, and the instances still have
+// what planning reads.
+func TestReleaseModulesLetsTheModuleTreeGo(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": `
+resource "sysbox_network" "lan" { ipv4_cidr = "198.18.0.0/24" }
+resource "sysbox_node" "b" {
+  depends_on = [sysbox_node.a]
+  attachment "lan" { network = sysbox_network.lan }
+}
+resource "sysbox_node" "a" {
+  count   = 2
+  command = ["sleep", "${count.index}"]
+}
+`})
+	top, diags := eval(t, dir, config.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	describe := func() string { return describeTopology(top) }
+	before := describe()
+	tree := weak.Make(top.Root)
+	top.ReleaseModules()
+	runtime.GC()
+	runtime.GC()
+	if tree.Value() != nil {
+		t.Error("the module tree is still reachable after ReleaseModules")
+	}
+	if top.Root != nil {
+		t.Error("Root is still set after ReleaseModules")
+	}
+	if diff := cmp.Diff(before, describe()); diff != "" {
+		t.Errorf("instances changed (-before +after):\n%s", diff)
+	}
+	if _, _, ok := top.DependencyGraph(); !ok {
+		t.Error("dependency graph no longer offered")
+	}
+}
+
+// describeTopology renders what planning reads of a topology: instances (address,
+// dependencies, configuration, reference value) and outputs.
+func describeTopology(top *config.Topology) string {
+	var b strings.Builder
+	for _, ri := range top.Resources {
+		cfg, err := json.Marshal(ri.Config)
+		fmt.Fprintf(&b, "%s deps %v config %s %v ref %s\n", ri.Addr, ri.DependsOn, cfg, err, ri.RefValue().GoString())
+	}
+	for _, o := range top.Outputs {
+		fmt.Fprintf(&b, "output %s = %s\n", o.Name, o.Value.GoString())
+	}
+	return b.String()
+}
+
+// TestReleaseBodiesLetsDecodedBodiesGo: with Options.ReleaseBodies, the body of a resource
+// nothing refers to is unreachable once evaluated (a referenced one is kept), and the result
+// is the same as without.
+func TestReleaseBodiesLetsDecodedBodiesGo(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": `
+resource "sysbox_network" "lan" { ipv4_cidr = "198.18.0.0/24" }
+resource "sysbox_node" "b" {
+  depends_on = [sysbox_node.a]
+  attachment "lan" { network = sysbox_network.lan }
+}
+resource "sysbox_node" "a" {
+  count   = 2
+  command = ["sleep", "${count.index}"]
+}
+output "lan" { value = sysbox_network.lan.ipv4_cidr }
+`})
+	want, diags := eval(t, dir, config.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	m, src, diags := config.Load(dir)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	bodies := map[string]weak.Pointer[hclsyntax.Body]{}
+	for key, r := range m.Resources {
+		bodies[key] = weak.Make(r.Body.(*hclsyntax.Body))
+	}
+	top, diags := config.Evaluate(m, src, config.Options{Schemas: handlers.Builtin("docker", "netns"), ReleaseBodies: true})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	runtime.GC()
+	runtime.GC()
+	for key, kept := range map[string]bool{"sysbox_network.lan": true, "sysbox_node.a": false, "sysbox_node.b": false} {
+		if got := bodies[key].Value() != nil; got != kept {
+			t.Errorf("%s: body reachable %v, want %v", key, got, kept)
+		}
+	}
+	if diff := cmp.Diff(describeTopology(want), describeTopology(top)); diff != "" {
+		t.Errorf("with ReleaseBodies (-without +with):\n%s", diff)
+	}
+	runtime.KeepAlive(m)
 }

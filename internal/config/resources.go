@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/dynblock"
@@ -185,18 +186,19 @@ func (e *evaluator) callValue(cs *callSlot) (cty.Value, []*resSlot, bool) {
 	return objs[0], deps, failed
 }
 
-// decodeJob decodes one resource instance's body. It touches only its own fields and the
-// instance, so that jobs of resources nothing refers to can run in parallel (runJobs).
+// decodeJob decodes one resource instance's body. It writes only its own fields and the
+// instance, and reads its slot's schema, module instance and body, fixed before any job runs,
+// so that jobs of resources nothing refers to can run in parallel (runJobs). It is small: the
+// jobs of a large topology are all held until the last has run.
 type decodeJob struct {
-	rs      *resSlot
+	rs      *resSlot // with the schema, module instance (functions, directory) and body
 	ri      *ResourceInstance
-	schema  Schema
-	spec    hcldec.Spec
-	fast    *fastSpec // nil: hcldec only
-	ctx     *hcl.EvalContext
-	dynamic bool
-	baseDir string
+	fast    *fastSpec        // nil: hcldec only
+	vars    *lazyVars        // the evaluation context's variables, shared by the resource's instances
+	rep     *rep             // count.index or each.*: into the resource's expansion; nil when neither
+	ctx     *hcl.EvalContext // made by run
 	diags   hcl.Diagnostics
+	dynamic bool
 	failed  bool
 }
 
@@ -207,21 +209,28 @@ func (j *decodeJob) errf(summary, format string, args ...any) {
 }
 
 func (j *decodeJob) run() {
+	r := rep{}
+	if j.rep != nil {
+		r = *j.rep
+	}
+	j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), r), Functions: j.rs.mi.funcs}
+	spec := j.rs.schema.Spec()
 	cfg, addr := j.rs.cfg, j.ri.Addr
+	// The fast decoder skips the meta-arguments itself; hcldec and dynblock see them hidden.
 	body := cfg.Body
 	if j.dynamic {
-		body = dynblock.Expand(body, j.ctx)
+		body = dynblock.Expand(cfg.schemaBody(), j.ctx)
 	}
 	val, ok := cty.NilVal, false
 	if j.fast != nil {
 		val, ok = j.fast.decode(body, nil, j.ctx)
 		if ok && checkFastDecode != nil {
-			checkFastDecode(body, j.spec, j.ctx, val)
+			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.ctx, val)
 		}
 	}
 	if !ok {
 		var d hcl.Diagnostics
-		val, d = hcldec.Decode(body, j.spec, j.ctx)
+		val, d = hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.ctx)
 		j.diags = append(j.diags, d...)
 		if d.HasErrors() {
 			j.failed = true
@@ -257,13 +266,22 @@ func (j *decodeJob) run() {
 	if j.failed {
 		return
 	}
-	dec, d := j.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.baseDir, SecretPaths: secretPaths})
+	dec, d := j.rs.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.rs.mi.mod.Dir, SecretPaths: secretPaths})
 	j.diags = append(j.diags, d...)
 	if d.HasErrors() || dec == nil {
 		j.failed = true
 		return
 	}
 	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.refAttr, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.RefAttr, dec.References
+}
+
+// schemaBodyOf is the body hcldec decodes: an expanded dynamic body as it is (expanded from
+// the schema body), else the resource's schema body.
+func schemaBodyOf(cfg *Resource, body hcl.Body, dynamic bool) hcl.Body {
+	if dynamic {
+		return body
+	}
+	return cfg.schemaBody()
 }
 
 // runJobs runs the deferred decode jobs on all CPUs, then merges their diagnostics in job
@@ -273,6 +291,19 @@ func (e *evaluator) runJobs() {
 	e.jobs = nil
 	if len(jobs) == 0 {
 		return
+	}
+	// left counts each resource's jobs still to run, when a body goes once they have run.
+	var left map[*Resource]*atomic.Int32
+	if e.opts.ReleaseBodies {
+		left = make(map[*Resource]*atomic.Int32, len(jobs))
+		for _, j := range jobs {
+			n := left[j.rs.cfg]
+			if n == nil {
+				n = new(atomic.Int32)
+				left[j.rs.cfg] = n
+			}
+			n.Add(1)
+		}
 	}
 	work := make(chan *decodeJob, len(jobs))
 	for _, j := range jobs {
@@ -286,6 +317,12 @@ func (e *evaluator) runJobs() {
 			defer wg.Done()
 			for j := range work {
 				j.run()
+				j.ctx, j.vars, j.rep = nil, nil, nil // not needed once decoded (jobs stay listed for their diagnostics)
+				if left != nil && left[j.rs.cfg].Add(-1) == 0 {
+					// Every user of the body has run: the deferred resources are those nothing
+					// refers to, and all their instances (in every module instance) are jobs here.
+					j.rs.cfg.Body, j.rs.cfg.bodyRefs = nil, nil
+				}
 			}
 		}()
 	}
@@ -331,13 +368,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	}
 	spec := schema.Spec()
 	hasDynamic := bodyHasDynamic(cfg.Body)
-	var travs []hcl.Traversal
-	if hasDynamic {
-		travs = dynblock.VariablesHCLDec(cfg.Body, spec)
-	} else {
-		travs = cfg.refs()
-	}
-	vars, deps, failed := e.scope(mi, travs, x.kind)
+	vars, deps, failed := e.bodyScope(mi, cfg, spec, hasDynamic, x.kind)
 	deps = append(deps, xdeps...)
 	var explicit []hcl.Traversal
 	for _, tr := range cfg.DependsOn {
@@ -355,8 +386,10 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 		if failed {
 			continue
 		}
-		job := &decodeJob{rs: rs, ri: ri, schema: schema, spec: spec, fast: e.fastSpec(cfg.Addr, spec), dynamic: hasDynamic, baseDir: mi.mod.Dir,
-			ctx: &hcl.EvalContext{Variables: withRep(vars, x.reps[i]), Functions: mi.funcs}}
+		job := &decodeJob{rs: rs, ri: ri, fast: e.fastSpec(cfg.Addr, spec), dynamic: hasDynamic, vars: vars}
+		if x.reps[i].kind != repNone {
+			job.rep = &x.reps[i]
+		}
 		if rs.deferred {
 			e.jobs = append(e.jobs, job)
 			continue
@@ -370,6 +403,23 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	rs.deps = deps
 	rs.kind = x.kind
 	return rs
+}
+
+// bodyScope resolves the references of a resource's body (through dynamic blocks, as
+// dynblock finds them): the variables its decode jobs share, what it depends on, and whether
+// a reference failed.
+func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasDynamic bool, kind repKind) (*lazyVars, []*resSlot, bool) {
+	var travs []hcl.Traversal
+	if hasDynamic {
+		travs = dynblock.VariablesHCLDec(cfg.schemaBody(), spec)
+	} else {
+		travs = cfg.refs()
+	}
+	sc := e.resolve(mi, travs, kind)
+	if sc == nil {
+		return &lazyVars{}, nil, false
+	}
+	return &lazyVars{b: sc}, sc.deps, sc.failed
 }
 
 // value is the resource's value for expressions: the instance object (no count/for_each), a

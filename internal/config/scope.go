@@ -3,6 +3,7 @@ package config
 import (
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
@@ -66,7 +67,7 @@ type scopeBuilder struct {
 	vars    map[string]map[string]cty.Value // var, local, and TYPE → NAME → value
 	data    map[string]map[string]cty.Value // data TYPE → NAME → value
 	partial map[string]map[string]cty.Value // resource key → referenced attributes
-	full    map[string]*resSlot             // resources referenced as a whole
+	full    []fullRef                       // resources referenced as a whole, with their values
 	modFull map[string]cty.Value
 	modPart map[string]map[string]cty.Value
 	out     map[string]cty.Value
@@ -76,10 +77,22 @@ type scopeBuilder struct {
 // evaluation context, evaluating what they refer to on demand. It returns the resources the
 // values came from.
 func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (map[string]cty.Value, []*resSlot, bool) {
-	if len(travs) == 0 {
+	b := e.resolve(mi, travs, allowed)
+	if b == nil {
 		return nil, nil, false
 	}
-	b := &scopeBuilder{e: e, mi: mi, out: make(map[string]cty.Value, 4)}
+	return b.finish(), b.deps, b.failed
+}
+
+// resolve is scope without assembling the variables (nil when there are no references):
+// its deps and failed are final, and finish assembles the variables from values resolve
+// computed, touching nothing else of the evaluator, so that it may run later on another
+// goroutine (a deferred decode job: lazyVars).
+func (e *evaluator) resolve(mi *modInst, travs []hcl.Traversal, allowed repKind) *scopeBuilder {
+	if len(travs) == 0 {
+		return nil
+	}
+	b := &scopeBuilder{e: e, mi: mi}
 	for _, tr := range travs {
 		switch root := tr.RootName(); root {
 		case "var", "local":
@@ -89,6 +102,9 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 		case "path":
 			abs, _ := filepath.Abs(mi.mod.Dir)
 			rootAbs, _ := filepath.Abs(e.rootDir)
+			if b.out == nil {
+				b.out = make(map[string]cty.Value, 4)
+			}
 			b.out["path"] = cty.ObjectVal(map[string]cty.Value{"module": cty.StringVal(abs), "root": cty.StringVal(rootAbs)})
 		case "module":
 			b.module(tr)
@@ -100,7 +116,26 @@ func (e *evaluator) scope(mi *modInst, travs []hcl.Traversal, allowed repKind) (
 			b.resource(tr)
 		}
 	}
-	return b.finish(), b.deps, b.failed
+	return b
+}
+
+// lazyVars are the variables of a resource's decode jobs, assembled by the first job that
+// runs (once for all instances of the resource, as scope did) rather than when the job is
+// made: a deferred job then holds its few resolved values until it runs, not the assembled
+// maps and objects (about 1 KB per instance, held by every job until all had run).
+type lazyVars struct {
+	once sync.Once
+	b    *scopeBuilder // nil: no references
+	vars map[string]cty.Value
+}
+
+func (l *lazyVars) get() map[string]cty.Value {
+	l.once.Do(func() {
+		if l.b != nil {
+			l.vars, l.b = l.b.finish(), nil
+		}
+	})
+	return l.vars
 }
 
 func (b *scopeBuilder) fail(tr hcl.Traversal, summary, format string, args ...any) {
@@ -239,24 +274,41 @@ func (b *scopeBuilder) resource(tr hcl.Traversal) {
 			return
 		}
 	}
-	if b.full == nil {
-		b.full = map[string]*resSlot{}
-	}
-	b.full[key] = rs
+	b.full = append(b.full, fullRef{key, rs.value()}) // now: finish may run on another goroutine (resolve)
 }
 
-// finish assembles the evaluation context's variables.
+// fullRef is a resource referenced as a whole (TYPE.NAME) and its value. A slice of them, not
+// a map: a deferred job holds its builder until it runs, and a map's smallest table is ~400 B.
+type fullRef struct {
+	key string
+	val cty.Value
+}
+
+func (b *scopeBuilder) hasFull(key string) bool {
+	for _, f := range b.full {
+		if f.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// finish assembles the evaluation context's variables from what resolve collected; it
+// reads nothing else (see resolve), and runs once per builder.
 func (b *scopeBuilder) finish() map[string]cty.Value {
+	if b.out == nil {
+		b.out = make(map[string]cty.Value, 4)
+	}
 	for key, attrs := range b.partial {
-		if _, ok := b.full[key]; ok {
+		if b.hasFull(key) {
 			continue
 		}
 		typ, name, _ := strings.Cut(key, ".")
 		b.put(typ, name, cty.ObjectVal(attrs))
 	}
-	for key, rs := range b.full {
-		typ, name, _ := strings.Cut(key, ".")
-		b.put(typ, name, rs.value())
+	for _, f := range b.full {
+		typ, name, _ := strings.Cut(f.key, ".")
+		b.put(typ, name, f.val)
 	}
 	for root, m := range b.vars {
 		b.out[root] = cty.ObjectVal(m)

@@ -1,6 +1,8 @@
 package durable
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -264,4 +266,46 @@ func TestLockWaitsOutADeadHoldersInheritedDescriptor(t *testing.T) {
 			t.Fatalf("got %v, want ErrLocked after the grace", err)
 		}
 	})
+}
+
+// TestAppendEnvelopeMatchesJSON holds the envelope written field by field to its definition:
+// json.Marshal of the envelope with the payload's json.Marshal encoding in it.
+func TestAppendEnvelopeMatchesJSON(t *testing.T) {
+	payloads := []any{
+		struct{ A int }{7},
+		map[string]any{"html": "<a href='x'>&</a>", "sep": "\u2028\u2029", "nested": []any{1.5, nil, true, map[string]string{"k": "\x01\xff"}}},
+		json.RawMessage(`{ "spaced" : [1, 2] }`),
+		"a string",
+		nil,
+	}
+	for _, kind := range []string{"sysbox-plan", `odd "kind" <&>`} {
+		for _, seq := range []uint64{0, 1, 1 << 40} {
+			for i, p := range payloads {
+				raw, err := json.Marshal(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum := sha256.Sum256(raw)
+				want, err := json.Marshal(envelope{Kind: kind, Version: 3, Seq: seq, SHA256: hex.EncodeToString(sum[:]), Payload: raw})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := encodeEnvelope(kind, 3, seq, p)
+				if err != nil || string(got) != string(want) {
+					t.Errorf("kind %q seq %d payload %d: encodeEnvelope got %s (%v), want %s", kind, seq, i, got, err, want)
+				}
+				if seq != 0 {
+					continue
+				}
+				got = AppendRecordJSON([]byte("prefix"), kind, 3, raw)
+				if string(got) != "prefix"+string(want) {
+					t.Errorf("kind %q payload %d: AppendRecordJSON got %s, want prefix%s", kind, i, got, want)
+				}
+				var back any
+				if _, err := DecodeRecord(got[len("prefix"):], kind, 3, &back); err != nil {
+					t.Errorf("kind %q payload %d: DecodeRecord: %v", kind, i, err)
+				}
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -54,8 +55,45 @@ func encodeEnvelope(kind string, version int, seq uint64, payload any) ([]byte, 
 	if err != nil {
 		return nil, fmt.Errorf("encode %s record: %w", kind, err)
 	}
+	return appendEnvelope(make([]byte, 0, len(raw)+len(kind)+envelopeOverhead), kind, version, seq, raw), nil
+}
+
+// AppendRecordJSON appends to dst the record of a payload already encoded as JSON, for a
+// caller that encodes a large payload itself. The payload is stored as it is: not scanned,
+// validated or copied more than once (EncodeRecord of a json.RawMessage compacts it, and its
+// envelope again). When payload is json.Marshal's encoding of a value (compact, HTML
+// characters escaped), the record is the one EncodeRecord makes of that value; invalid JSON
+// makes a record that DecodeRecord rejects as corrupt.
+func AppendRecordJSON(dst []byte, kind string, version int, payload []byte) []byte {
+	return appendEnvelope(dst, kind, version, 0, payload)
+}
+
+// envelopeOverhead bounds the envelope's bytes besides the kind and the payload.
+const envelopeOverhead = 160
+
+// appendEnvelope appends json.Marshal(envelope{…, Payload: raw}) for raw as json.Marshal
+// encodes a value: field by field, with raw copied once (json.Marshal compacts a RawMessage,
+// which is a scan and a copy of the whole payload, for nothing when it is compact already).
+// TestAppendEnvelopeMatchesJSON holds the two equal.
+func appendEnvelope(dst []byte, kind string, version int, seq uint64, raw []byte) []byte {
+	if len(raw) == 0 {
+		raw = []byte("null") // as json.Marshal encodes an empty json.RawMessage
+	}
 	sum := sha256.Sum256(raw)
-	return json.Marshal(envelope{Kind: kind, Version: version, Seq: seq, SHA256: hex.EncodeToString(sum[:]), Payload: raw})
+	dst = append(dst, `{"kind":`...)
+	k, _ := json.Marshal(kind) // a string always encodes
+	dst = append(dst, k...)
+	dst = append(dst, `,"version":`...)
+	dst = strconv.AppendInt(dst, int64(version), 10)
+	if seq != 0 {
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendUint(dst, seq, 10)
+	}
+	dst = append(dst, `,"sha256":"`...)
+	dst = hex.AppendEncode(dst, sum[:])
+	dst = append(dst, `","payload":`...)
+	dst = append(dst, raw...)
+	return append(dst, '}')
 }
 
 // DecodeRecord checks kind, version (1..maxVersion) and checksum, then unmarshals the payload

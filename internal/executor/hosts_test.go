@@ -21,7 +21,7 @@ func TestAliasesReachEveryNodeOnTheNetwork(t *testing.T) {
 			at.Aliases = []string{fmt.Sprintf("host%d", i-2)}
 			// The handler's attributes, as a plan stores them: the deleted node's networks
 			// are read back from state.
-			attrs, err := json.Marshal(handlers.NodeConfig{Driver: "fake", Command: n.Spec.Command, Attachments: map[string]handlers.Attachment{
+			attrs, err := json.Marshal(handlers.NodeConfig{Driver: "fake", Command: n.Spec.Command, Attachments: map[string]*handlers.Attachment{
 				at.Name: {Network: at.Network.String(), IPv4: at.IPv4, MAC: at.MAC, Aliases: at.Aliases}}})
 			if err != nil {
 				t.Fatal(err)

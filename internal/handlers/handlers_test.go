@@ -361,3 +361,16 @@ resource "sysbox_node" "n" {
 		t.Errorf("torn prior attributes: got %v, want an error naming them", err)
 	}
 }
+
+// TestNodeDriverSpecRefusesNullAttachment: stored attributes with a null attachment (a
+// hand-edited plan or state) are an error naming the attachment, not a nil dereference.
+func TestNodeDriverSpecRefusesNullAttachment(t *testing.T) {
+	_, err := (&handlers.Node{}).DriverSpec(json.RawMessage(`{"driver":"netns","attachment":{"lan":null}}`), nil)
+	if err == nil || !strings.Contains(err.Error(), `attachment "lan": null`) {
+		t.Fatalf("got %v, want an error naming attachment \"lan\"", err)
+	}
+	spec, err := (&handlers.Node{}).DriverSpec(json.RawMessage(`{"driver":"netns","attachment":{"lan":{"network":"sysbox_network.lan","mac":"02:00:00:00:00:01"}}}`), nil)
+	if err != nil || spec.Node == nil || len(spec.Node.Attachments) != 1 || spec.Node.Attachments[0].Network.String() != "sysbox_network.lan" {
+		t.Fatalf("got %+v, %v; want one attachment to sysbox_network.lan", spec.Node, err)
+	}
+}

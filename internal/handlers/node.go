@@ -25,16 +25,19 @@ type NodeConfig struct {
 	Kernel   string `json:"kernel,omitempty"`   // canonical address
 	// ArtifactDigest and KernelDigest are the baseline's content digests at plan time (facts):
 	// a changed baseline replaces the node even when the artifact is a data source.
-	ArtifactDigest string                `json:"artifact_digest,omitempty"`
-	KernelDigest   string                `json:"kernel_digest,omitempty"`
-	CPUs           int                   `json:"cpus,omitempty"`
-	MemoryMB       int                   `json:"memory_mb,omitempty"`
-	Command        []string              `json:"command,omitempty"`
-	Environment    map[string]string     `json:"environment,omitempty"` // values may be secret references
-	Hostname       string                `json:"hostname,omitempty"`
-	Attachments    map[string]Attachment `json:"attachment,omitempty"` // by logical name
-	Routes         []Route               `json:"route,omitempty"`
-	Provisioner    []Provisioner         `json:"provisioner,omitempty"`
+	ArtifactDigest string            `json:"artifact_digest,omitempty"`
+	KernelDigest   string            `json:"kernel_digest,omitempty"`
+	CPUs           int               `json:"cpus,omitempty"`
+	MemoryMB       int               `json:"memory_mb,omitempty"`
+	Command        []string          `json:"command,omitempty"`
+	Environment    map[string]string `json:"environment,omitempty"` // values may be secret references
+	Hostname       string            `json:"hostname,omitempty"`
+	// Attachments by logical name. Pointers: a map's smallest table has eight slots, and eight
+	// whole Attachments made every node's one-entry map ~1 KB of live heap (a tenth of a
+	// large topology's); eight pointers are 200 bytes.
+	Attachments map[string]*Attachment `json:"attachment,omitempty"`
+	Routes      []Route                `json:"route,omitempty"`
+	Provisioner []Provisioner          `json:"provisioner,omitempty"`
 }
 
 // Attachment is a node's connection to a network; identity = (node address, name) (S8).
@@ -213,9 +216,11 @@ func checkNodeScalars(d *diags, v cty.Value, c *NodeConfig) {
 func decodeAttachments(d *diags, req *config.DecodeRequest, v cty.Value, c *NodeConfig) []config.Reference {
 	var refs []config.Reference
 	if atts := v.GetAttr("attachment"); !atts.IsNull() && atts.LengthInt() > 0 {
-		c.Attachments = map[string]Attachment{}
-		for name, av := range atts.AsValueMap() {
-			at := Attachment{IPv4: strList(av, "ipv4"), MAC: str(av, "mac"), Gateway: str(av, "gateway"), Aliases: strList(av, "aliases")}
+		c.Attachments = make(map[string]*Attachment, atts.LengthInt())
+		for it := atts.ElementIterator(); it.Next(); {
+			nv, av := it.Element()
+			name := nv.AsString()
+			at := &Attachment{IPv4: strList(av, "ipv4"), MAC: str(av, "mac"), Gateway: str(av, "gateway"), Aliases: strList(av, "aliases")}
 			nrng := d.block("attachment", name, 0, "network")
 			na, nobj, ok := ref(d, av, "network", "sysbox_network", nrng)
 			if ok {
@@ -338,7 +343,7 @@ func (*Node) KeepFromPrior(ri *config.ResourceInstance, prior, desired json.RawM
 	// a MAC is kept (a no-change plan of N nodes decoded N configurations for nothing).
 	keep := false
 	for name, at := range c.Attachments {
-		if pa, ok := p.Attachments[name]; ok && pa.MAC != "" && at.MACDerived && pa.MAC != at.MAC {
+		if pa, ok := p.Attachments[name]; ok && at != nil && pa.MAC != "" && at.MACDerived && pa.MAC != at.MAC {
 			keep = true
 			break
 		}
@@ -352,11 +357,10 @@ func (*Node) KeepFromPrior(ri *config.ResourceInstance, prior, desired json.RawM
 	}
 	for name, at := range d.Attachments {
 		pa, ok := p.Attachments[name]
-		if !ok || pa.MAC == "" || !c.Attachments[name].MACDerived || pa.MAC == at.MAC {
+		if ca := c.Attachments[name]; at == nil || ca == nil || !ok || pa.MAC == "" || !ca.MACDerived || pa.MAC == at.MAC {
 			continue
 		}
 		at.MAC = pa.MAC
-		d.Attachments[name] = at
 	}
 	return marshalStored(d)
 }
@@ -409,7 +413,7 @@ func (*Node) DependencyChanged(ri *config.ResourceInstance, dep addrs.Instance, 
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if c.Attachments[n].Network == ds {
+		if at := c.Attachments[n]; at != nil && at.Network == ds {
 			return plans.Replace, fmt.Sprintf("attachment %q: network %s is %s", n, ds, verb)
 		}
 	}

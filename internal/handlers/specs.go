@@ -61,6 +61,9 @@ func (*Node) DriverSpec(attrs json.RawMessage, refs specs.Refs) (specs.Desired, 
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Attachments)) {
 		at := c.Attachments[name]
+		if at == nil {
+			return specs.Desired{}, fmt.Errorf("attachment %q: null", name)
+		}
 		na, err := addrs.ParseInstance(at.Network)
 		if err != nil {
 			return specs.Desired{}, fmt.Errorf("attachment %q: network: %w", name, err)

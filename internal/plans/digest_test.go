@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"zyvor.dev/sysbox/internal/addrs"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/durable"
 )
 
 // TestActionsDigestMatchesJSON holds ActionsDigest to its definition: the SHA-256 of
@@ -37,9 +40,21 @@ func TestStoredJSON(t *testing.T) {
 				stored := *p
 				stored.FormatVersion = ""
 				want, wantErr := json.Marshal(&stored)
-				got, err := json.Marshal(storedJSON(p))
+				got, err := storedJSON(p)
 				if (err != nil) != (wantErr != nil) || string(got) != string(want) {
 					t.Errorf("got %s (%v), want %s (%v)", got, err, want, wantErr)
+				}
+				// the whole file: the record EncodeRecord makes of the plan, and a newline
+				path := filepath.Join(t.TempDir(), "p.plan")
+				err = WriteFile(path, p)
+				rec, wantErr := durable.EncodeRecord(RecordKind, recordVersion, &stored)
+				if (err != nil) != (wantErr != nil) {
+					t.Fatalf("WriteFile: got %v, want %v", err, wantErr)
+				}
+				if err == nil {
+					if file, _ := os.ReadFile(path); string(file) != string(rec)+"\n" {
+						t.Errorf("plan file: got %s, want %s", file, rec)
+					}
 				}
 			})
 		}

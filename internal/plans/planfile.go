@@ -23,38 +23,55 @@ const recordVersion = 1
 // WriteFile stores p durably at path (temp file, fsync, rename, directory fsync). The file's
 // one format version is its record's; the payload does not repeat it.
 func WriteFile(path string, p *Plan) error {
-	b, err := durable.EncodeRecord(RecordKind, recordVersion, storedJSON(p))
+	payload, err := storedJSON(p)
 	if err != nil {
-		return fmt.Errorf("write plan %s: %w", path, err)
+		return fmt.Errorf("write plan %s: encode sysbox-plan record: %w", path, err)
 	}
+	b := make([]byte, 0, len(payload)+len(RecordKind)+200)
+	b = durable.AppendRecordJSON(b, RecordKind, recordVersion, payload)
 	if err := durable.WriteFile(path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write plan %s: %w", path, err)
 	}
 	return nil
 }
 
-// storedPlan is Plan as json.Marshal lays it out, with the actions already encoded.
-type storedPlan struct {
-	FormatVersion string          `json:"format_version,omitempty"`
-	ToolVersion   string          `json:"tool_version"`
-	Mode          string          `json:"mode"`
-	Targets       []string        `json:"targets,omitempty"`
-	Actions       json.RawMessage `json:"actions"`
-	Fingerprint   Fingerprint     `json:"fingerprint"`
+// storedHead is the part of the plan file's payload before the actions, as json.Marshal lays
+// out a Plan without its FormatVersion.
+type storedHead struct {
+	ToolVersion string   `json:"tool_version"`
+	Mode        string   `json:"mode"`
+	Targets     []string `json:"targets,omitempty"`
 }
 
-// storedJSON is what the plan file stores: p without its FormatVersion, to be encoded as
-// json.Marshal encodes a Plan. The actions (nearly all of a large plan) are written by the
-// encoder the actions digest uses, without reflection; TestStoredJSON holds the two equal.
-func storedJSON(p *Plan) any {
+// storedJSON is what the plan file stores: json.Marshal of p without its FormatVersion. The
+// actions (nearly all of a large plan) are written by the encoder the actions digest uses,
+// without reflection, into the one buffer that is the payload (through json.Marshal of a
+// struct holding them as a json.RawMessage, they were scanned and copied once more, into a
+// buffer grown by doubling); the fields around them by json.Marshal. TestStoredJSON holds the
+// two equal.
+func storedJSON(p *Plan) ([]byte, error) {
+	head, err := json.Marshal(storedHead{ToolVersion: p.ToolVersion, Mode: p.Mode, Targets: p.Targets})
+	if err != nil {
+		return nil, err
+	}
+	fp, err := json.Marshal(p.Fingerprint)
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
-	buf.Grow(len(p.Actions) * 400) // a netns node's action is about 380 bytes: one allocation, not a dozen doublings
+	// a netns node's action is about 380 bytes: one allocation, not a dozen doublings
+	buf.Grow(len(head) + len(fp) + len(p.Actions)*400 + 64)
+	buf.Write(head[:len(head)-1]) // without its closing brace
+	buf.WriteString(`,"actions":`)
 	if !writeActions(&buf, p.Actions) {
 		stored := *p
 		stored.FormatVersion = ""
-		return &stored
+		return json.Marshal(&stored)
 	}
-	return &storedPlan{ToolVersion: p.ToolVersion, Mode: p.Mode, Targets: p.Targets, Actions: buf.Bytes(), Fingerprint: p.Fingerprint}
+	buf.WriteString(`,"fingerprint":`)
+	buf.Write(fp)
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 // MaxPlanFile bounds a stored plan file (plans of thousands of resources stay far below it).

@@ -73,6 +73,7 @@ Exit codes: 0 ok (with -detailed-exitcode: no changes), 1 error, 2 changes (-det
 
 // makePlan is shared by plan and (later) apply without a plan file.
 func (app *App) makePlan(cmd *cobra.Command, f *planFlags) (*plans.Plan, error) {
+	f.vars.once = true // planning reads the evaluated instances only (see ReleaseModules below)
 	l, err := app.loadTopology(&f.vars)
 	if err != nil {
 		return nil, err
@@ -82,6 +83,9 @@ func (app *App) makePlan(cmd *cobra.Command, f *planFlags) (*plans.Plan, error) 
 		return nil, &silentExit{code: ExitError}
 	}
 	app.printDiags(app.Env.Stderr, l) // warnings
+	// Nothing evaluates the configuration again: its syntax trees and the evaluation's state
+	// need not stay live through planning and the plan file.
+	l.top.ReleaseModules()
 	targets, err := parseTargets(f.targets)
 	if err != nil {
 		return nil, err

@@ -27,6 +27,9 @@ type varFlags struct {
 	files []string
 	// validateOnly: required variables may be unset (sysbox validate)
 	validateOnly bool
+	// once: the command does not evaluate the topology again (validate, plan), so resource
+	// bodies are released as they are decoded (config.Options.ReleaseBodies)
+	once bool
 }
 
 func addVarFlags(cmd *cobra.Command, vf *varFlags) {
@@ -84,7 +87,7 @@ func (a *App) loadTopology(vf *varFlags) (*loaded, error) {
 	}
 	// Evaluate even after load errors (duplicates are dropped) so that validate reports
 	// every problem at once.
-	top, d := config.Evaluate(mod, src, config.Options{Schemas: reg, Inputs: inputs, LookupEnv: a.Env.LookupEnv, ValidateOnly: vf.validateOnly})
+	top, d := config.Evaluate(mod, src, config.Options{Schemas: reg, Inputs: inputs, LookupEnv: a.Env.LookupEnv, ValidateOnly: vf.validateOnly, ReleaseBodies: vf.once})
 	l.diags = append(l.diags, d...)
 	l.top = top
 	if top != nil {

@@ -20,7 +20,7 @@ without a value is a warning: what depends on it is not checked. It reads no sta
 nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			vf.validateOnly = true
+			vf.validateOnly, vf.once = true, true
 			l, err := app.loadTopology(&vf)
 			if err != nil {
 				return err

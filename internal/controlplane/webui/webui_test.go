@@ -81,7 +81,7 @@ func planFile(t *testing.T) []byte {
 		action(t, "sysbox_node.old", plans.Delete, "netns", handlers.NodeConfig{Driver: "netns"}),
 		action(t, "sysbox_node.web", plans.Create, "netns", handlers.NodeConfig{Driver: "netns",
 			Environment: map[string]string{"TOKEN": `env("WEB_TOKEN")`},
-			Attachments: map[string]handlers.Attachment{"lan": {Network: "sysbox_network.lan", IPv4: []string{"198.51.100.10/24"}}}},
+			Attachments: map[string]*handlers.Attachment{"lan": {Network: "sysbox_network.lan", IPv4: []string{"198.51.100.10/24"}}}},
 			"sysbox_network.lan"),
 	}
 	p := &plans.Plan{ToolVersion: "test", Mode: "normal", Actions: acts, Fingerprint: plans.Fingerprint{
