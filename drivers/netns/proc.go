@@ -40,6 +40,9 @@ func (d *Driver) writeSidecar(s sidecar) error {
 	if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	if err := d.removeStaleTemps(s.Netns); err != nil { // a killed earlier write's (leftovers.go)
+		return err
+	}
 	b, err := durable.EncodeRecord(sidecarKind, 1, s)
 	if err != nil {
 		return err
