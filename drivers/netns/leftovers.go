@@ -29,8 +29,9 @@ import (
 //     one, so no delete of it ever comes. CreateNode and DeleteNode of generation N remove
 //     generation N-1's files when its namespace is gone (removePrevious; by induction every
 //     earlier generation went with the CreateNode that followed it);
-//   - temporary files of a killed process's sidecar writes. Each sidecar write and each delete
-//     first removes the stale ones of its namespace name (removeStaleTemps).
+//   - temporary files of a killed process's sidecar writes. Each sidecar write (before it
+//     writes) and each delete (after it) removes the stale ones of its namespace name
+//     (removeStaleTemps).
 
 // processStart is when this process started, as near as its package initialisation: a
 // temporary file last modified before it was written by an earlier process.
