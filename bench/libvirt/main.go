@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"zyvor.dev/sysbox/drivers/libvirt"
+	"zyvor.dev/sysbox/internal/procfs"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -179,35 +180,21 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// clkTck is the unit of utime and stime in /proc/PID/stat (USER_HZ, 100 on Linux).
-const clkTck = 100
-
 // qemuCPU is the CPU time (user + system) domain name's QEMU process has used so far.
 func qemuCPU(name string) (time.Duration, error) {
 	pid, err := os.ReadFile(filepath.Join("/run/libvirt/qemu", name+".pid"))
 	if err != nil {
 		return 0, err
 	}
-	stat, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "stat"))
+	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("pid file of domain %s: %w", name, err)
 	}
-	// Fields after the command name (which may hold spaces, inside parentheses): state is
-	// field 3, utime 14, stime 15.
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc stat of domain %s: malformed", name)
+	st, err := procfs.ReadStat(n)
+	if err != nil {
+		return 0, fmt.Errorf("domain %s: %w", name, err)
 	}
-	f := strings.Fields(string(stat)[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc stat of domain %s: malformed", name)
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc stat of domain %s: %w", name, err)
-	}
-	return time.Duration(ut+st) * time.Second / clkTck, nil
+	return time.Duration(st.UTime+st.STime) * time.Second / procfs.ClockTicks, nil
 }
 
 // domainOf is the libvirt domain name of our node h.

@@ -153,7 +153,7 @@ func unknown(id string, err error) substrate.Observation {
 func (d *Driver) NodeNetns(ctx context.Context, node substrate.Handle) (linuxnet.Netns, error) {
 	ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
 	if err != nil {
-		return linuxnet.Netns{}, apiErr("network namespace of container "+short(node.ExternalID), err)
+		return linuxnet.Netns{}, d.containerErr("network namespace of container "+short(node.ExternalID), node.ExternalID, err)
 	}
 	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
 		return linuxnet.Netns{}, fmt.Errorf("network namespace of container %s: not running, so it has none: %w", short(ins.ID), driver.ErrNotFound)

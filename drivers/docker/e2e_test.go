@@ -20,6 +20,7 @@ import (
 
 	"zyvor.dev/sysbox/drivers/docker/imagetest"
 	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/procfs"
 	"zyvor.dev/sysbox/internal/testenv"
 )
 
@@ -163,10 +164,8 @@ func waitExit(pid int, within time.Duration) bool {
 		if syscall.Kill(pid, 0) != nil {
 			return true
 		}
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
-				return true
-			}
+		if st, err := procfs.ReadStat(pid); err == nil && st.Exited() {
+			return true
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

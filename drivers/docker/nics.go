@@ -86,7 +86,7 @@ func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handl
 	if !ok {
 		ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
 		if err != nil {
-			return apiErr(what, err)
+			return d.containerErr(what, node.ExternalID, err)
 		}
 		if r, ok = d.live.note(ins); !ok {
 			return fmt.Errorf("%s: container is not running", what)
@@ -120,7 +120,7 @@ func (d *Driver) ObserveAttachment(ctx context.Context, node substrate.Handle, s
 	}
 	ins, err := d.cli.ContainerInspect(ctx, node.ExternalID)
 	if err != nil {
-		err = apiErr(what, err)
+		err = d.containerErr(what, node.ExternalID, err)
 		if !isNotFound(err) {
 			return unknown(node.ExternalID, err), err
 		}

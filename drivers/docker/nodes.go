@@ -149,7 +149,7 @@ func (d *Driver) inspectOwned(ctx context.Context, what string, h substrate.Hand
 	}
 	ins, err := d.cli.ContainerInspect(ctx, h.ExternalID)
 	if err != nil {
-		return ins, apiErr(fmt.Sprintf("%s: container %s", what, short(h.ExternalID)), err)
+		return ins, d.containerErr(fmt.Sprintf("%s: container %s", what, short(h.ExternalID)), h.ExternalID, err)
 	}
 	d.owners.remember(ins.ID, ins.Config.Labels)
 	if err := checkOwned(fmt.Sprintf("%s: container %s", what, short(ins.ID)), ins.Config.Labels, owner); err != nil {
@@ -196,11 +196,11 @@ func (d *Driver) ensureRunning(ctx context.Context, what string, h substrate.Han
 // startAndInspect starts container id and inspects it: it must be running with a pid.
 func (d *Driver) startAndInspect(ctx context.Context, what, id string) (running, error) {
 	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
-		return running{}, apiErr(fmt.Sprintf("%s: container %s", what, short(id)), err)
+		return running{}, d.containerErr(fmt.Sprintf("%s: container %s", what, short(id)), id, err)
 	}
 	ins, err := d.cli.ContainerInspect(ctx, id)
 	if err != nil {
-		return running{}, apiErr(fmt.Sprintf("%s: container %s", what, short(id)), err)
+		return running{}, d.containerErr(fmt.Sprintf("%s: container %s", what, short(id)), id, err)
 	}
 	r, ok := d.live.note(ins)
 	if !ok {
@@ -220,7 +220,7 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 	what := "observe node " + owner.Address
 	ins, err := d.cli.ContainerInspect(ctx, h.ExternalID)
 	if err != nil {
-		return d.observeMissingNode(ctx, h, owner, apiErr(fmt.Sprintf("%s: container %s", what, short(h.ExternalID)), err))
+		return d.observeMissingNode(ctx, h, owner, d.containerErr(fmt.Sprintf("%s: container %s", what, short(h.ExternalID)), h.ExternalID, err))
 	}
 	obs := substrate.Observation{ExternalID: ins.ID, At: observedAt(), Attributes: map[string]string{
 		"name": strings.TrimPrefix(ins.Name, "/"), "image": ins.Image,
@@ -339,7 +339,7 @@ func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substra
 	secs := int(d.stopTimeout.Seconds())
 	d.live.forget(id)
 	if err := d.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs}); err != nil {
-		return apiErr(fmt.Sprintf("%s: container %s", what, short(id)), err)
+		return d.containerErr(fmt.Sprintf("%s: container %s", what, short(id)), id, err)
 	}
 	return nil
 }
@@ -396,7 +396,7 @@ func (d *Driver) Exec(ctx context.Context, node substrate.Handle, req substrate.
 		Cmd: req.Argv, Env: envList(req.Env), AttachStdout: true, AttachStderr: true, AttachStdin: req.Stdin != nil,
 	})
 	if err != nil {
-		return substrate.ExecResult{}, apiErr(what, err)
+		return substrate.ExecResult{}, d.containerErr(what, node.ExternalID, err)
 	}
 	att, err := d.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 	if err != nil {

@@ -2,9 +2,11 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
+	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -16,6 +18,12 @@ import (
 // id instead of inspecting again. Every call then acts on exactly that id, so a container that
 // was removed or replaced meanwhile fails at the daemon (not found) or, being another id, is
 // inspected afresh.
+
+// What the driver remembers of an id holds only while the container exists. A driver can
+// outlive containers removed behind its back (`docker rm` while the control plane's host agent
+// runs): when the daemon answers that an id does not exist, the driver forgets everything it
+// remembered of it and the list of its topology (containerErr), so that no later call is
+// answered "exists, owned" from memory.
 
 // ownerCache maps full container ids to the complete owner their labels name.
 type ownerCache struct {
@@ -55,6 +63,27 @@ func (c *ownerCache) forget(id string) {
 	defer c.mu.Unlock()
 	delete(c.byID, id)
 	delete(c.fresh, id)
+}
+
+// unlist forgets that topology's containers were listed (the next ownedID lists them again).
+func (c *ownerCache) unlist(topology string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.listed, topology)
+}
+
+// containerErr is apiErr for a call on container id. When the daemon says the id does not
+// exist, the driver forgets what it remembered of it (see above).
+func (d *Driver) containerErr(what, id string, err error) error {
+	err = apiErr(what, err)
+	if errors.Is(err, driver.ErrNotFound) {
+		if o, ok := d.owners.lookup(id); ok {
+			d.owners.unlist(o.Topology)
+		}
+		d.owners.forget(id)
+		d.live.forget(id)
+	}
+	return err
 }
 
 // setFresh marks id as created here and not yet started (or clears the mark).

@@ -5,15 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
+	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
 // Residue lists every object carrying one of topology's markers: namespaces (by their loopback
-// marker), sidecar records whose namespace is gone, and host links (bridges, veth ends) and
-// forward-accept rules.
+// marker), sidecar records whose namespace is gone, temporary files of sidecar writes a killed
+// process left (tempOwner), and host links (bridges, veth ends) and forward-accept rules.
 func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Object, error) {
 	var out []substrate.Object
 	listed := map[string]bool{}
@@ -46,6 +48,12 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 		return nil, fmt.Errorf("residue: %w", err)
 	}
 	for _, e := range scs {
+		if o, ok := d.tempOwner(e.Name()); ok {
+			if o.Topology == topology {
+				out = append(out, substrate.Object{Kind: "netns-tempfile", ExternalID: filepath.Join(d.StateDir, e.Name()), Owner: o})
+			}
+			continue
+		}
 		name, ok := strings.CutSuffix(e.Name(), ".json")
 		if !ok || strings.HasPrefix(name, ".") {
 			continue
@@ -76,4 +84,32 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 		return nil, err
 	}
 	return append(out, host...), nil
+}
+
+// tempOwner reports whether name, an entry of StateDir, is a temporary file of a sidecar write
+// (durable.TempTarget) and whose it is: the owner its target sidecar records or, without one,
+// the owner its own content records when the write got that far. A temporary file with neither
+// (killed before it wrote anything, and before the first sidecar existed) names no owner and
+// is not reported: the next sidecar write or DeleteNode of its node, which knows the name,
+// removes it (removeStaleTemps).
+func (d *Driver) tempOwner(name string) (substrate.Owner, bool) {
+	target, ok := durable.TempTarget(name)
+	if !ok || !strings.HasPrefix(target, "sb-") || !strings.HasSuffix(target, ".json") {
+		return substrate.Owner{}, false
+	}
+	if sc, err := d.readSidecar(strings.TrimSuffix(target, ".json")); err == nil {
+		if o, err := ownerFromSidecar(sc); err == nil {
+			return o, true
+		}
+	}
+	var sc sidecar
+	b, err := os.ReadFile(filepath.Join(d.StateDir, name))
+	if err != nil {
+		return substrate.Owner{}, false
+	}
+	if _, err := durable.DecodeRecord(b, sidecarKind, 1, &sc); err != nil {
+		return substrate.Owner{}, false
+	}
+	o, err := ownerFromSidecar(sc)
+	return o, err == nil
 }

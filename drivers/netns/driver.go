@@ -37,6 +37,8 @@ type Driver struct {
 	// StartNode skips the search for an unrecorded main process (a scan of /proc per node,
 	// which made apply O(N²)). In memory only: after a crash a new process knows none.
 	fresh sync.Map
+
+	temps tempIndex // temporary files of killed sidecar writes (leftovers.go)
 }
 
 func freshKey(name string, ino uint64) string { return name + "@" + strconv.FormatUint(ino, 10) }

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -59,6 +57,10 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 		}
 	}
 	if create {
+		// What the previous generation left first, if its namespace is gone (leftovers.go).
+		if err := d.removePrevious(ctx, spec.Owner); err != nil {
+			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
+		}
 		// Intent first: a sidecar with the marker and no inode yet.
 		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, HasCommand: len(spec.Command) > 0}); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
@@ -342,8 +344,11 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	path := d.nsPath(p.Netns)
 	where := fmt.Sprintf("node %s: netns %s", owner.Address, p.Netns)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		d.removeFiles(p.Netns)
-		return nil
+		// Deleted out of band (`ip netns del`), or by a delete killed after the unmount.
+		if err := d.deleteGone(ctx, p.Netns, owner); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		return d.deleted(ctx, p.Netns, owner, where)
 	}
 	if !isNetnsMount(path) {
 		if !d.ownMountPoint(p.Netns, owner) {
@@ -355,7 +360,7 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		d.removeFiles(p.Netns)
-		return nil
+		return d.deleted(ctx, p.Netns, owner, where)
 	}
 	// One netlink handle for the ownership check and, once nothing runs inside, the list of
 	// the node's veths.
@@ -378,36 +383,27 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 		return fmt.Errorf("%s: namespace was replaced (inode %d, recorded %d): %w", where, ino, p.NsInode, driver.ErrNotOwned)
 	}
 	d.fresh.Delete(freshKey(p.Netns, ino))
-	// The recorded main process first, by pid: usually the only process inside, so that the
-	// scan of /proc below finds the namespace empty at once instead of needing a second pass.
-	if sc, err := d.readSidecar(p.Netns); err == nil && processAlive(sc.Pid, sc.StartTime, ino) {
-		killAndWait(sc.Pid, sc.StartTime, ino, time.Second)
-	}
-	if err := killNetnsProcesses(ino, 5*time.Second); err != nil {
+	sc, _ := d.readSidecar(p.Netns) // its main process is killed first if it names one
+	if err := d.emptyAndUnwire(ctx, nh, sc, ino, owner); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
-	}
-	links, err := hostPeersOf(nh, owner)
-	if err != nil {
-		return fmt.Errorf("%s: %w", where, err)
-	}
-	intents, err := linuxnet.Intents(d.intentDir(), owner.Topology)
-	if err != nil {
-		return fmt.Errorf("%s: %w", where, err)
-	}
-	for _, in := range intents {
-		if in.Owner.Equal(owner) {
-			links = append(links, strings.TrimSuffix(filepath.Base(in.ExternalID), ".intent"))
-		}
-	}
-	for _, l := range links {
-		if err := linuxnet.DeleteVethWithIntents(ctx, l, owner, d.intentDir()); err != nil {
-			return fmt.Errorf("%s: %w", where, err)
-		}
 	}
 	if err := removeNamedNetns(path); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
 	d.removeFiles(p.Netns)
+	return d.deleted(ctx, p.Netns, owner, where)
+}
+
+// deleted ends a successful DeleteNode: the stale temporary files of its sidecar writes and
+// what the previous generation left go too (leftovers.go), so that destroy's audit finds
+// nothing of the resource.
+func (d *Driver) deleted(ctx context.Context, name string, owner substrate.Owner, where string) error {
+	if err := d.removeStaleTemps(name); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if err := d.removePrevious(ctx, owner); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package netns
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,6 +39,9 @@ func (d *Driver) logPath(name string) string     { return filepath.Join(d.StateD
 func (d *Driver) writeSidecar(s sidecar) error {
 	if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := d.removeStaleTemps(s.Netns); err != nil { // a killed earlier write's (leftovers.go)
+		return err
 	}
 	b, err := durable.EncodeRecord(sidecarKind, 1, s)
 	if err != nil {
@@ -190,28 +192,16 @@ func ownerFromSidecar(s sidecar) (substrate.Owner, error) { return substrate.Par
 func orphanMain(ino uint64, argv []string) (pid int, start uint64, ok bool) {
 	want := strings.Join(argv, "\x00")
 	for _, p := range pidsInNetns(ino) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(b[i+1:])
-		if len(f) < 20 || f[0][0] == 'Z' || string(f[3]) != strconv.Itoa(p) { // field 6: session id
+		st, err := procfs.ReadStat(p)
+		if err != nil || st.Exited() || st.Session != p {
 			continue
 		}
 		cmd, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
 		if err != nil || strings.TrimRight(string(cmd), "\x00") != want {
 			continue
 		}
-		st, err := strconv.ParseUint(string(f[19]), 10, 64)
-		if err != nil {
-			continue
-		}
-		if !ok || st < start {
-			pid, start, ok = p, st, true
+		if !ok || st.StartTime < start {
+			pid, start, ok = p, st.StartTime, true
 		}
 	}
 	return pid, start, ok

@@ -23,7 +23,7 @@ func (d *Driver) Scrub(ctx context.Context, topology string) error {
 		switch o.Kind {
 		case "netns":
 			errs = append(errs, d.DeleteNode(ctx, substrate.Handle{Driver: Name, ExternalID: o.ExternalID, Private: encode(private{Kind: kindNode, Netns: o.ExternalID})}, o.Owner))
-		case "netns-sidecar", "netns-hosts":
+		case "netns-sidecar", "netns-hosts", "netns-tempfile":
 			if err := os.Remove(o.ExternalID); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}

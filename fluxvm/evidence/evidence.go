@@ -44,8 +44,6 @@ type Entry struct {
 	Path   string `json:"path"`
 }
 
-var tempPattern = regexp.MustCompile(`^\..+\.tmp-[0-9]+$`)
-
 // Size limits for the files Verify reads whole (hashed files are streamed, never limited).
 const (
 	maxManifestSize  = 64 << 20
@@ -139,7 +137,7 @@ func walk(dirfd int, rel string, cleanTemps bool, out *[]Entry) error {
 		if rel == "" && (name == ManifestFile || name == SignatureFile) {
 			continue
 		}
-		if cleanTemps && tempPattern.MatchString(name) {
+		if _, temp := durable.TempTarget(name); cleanTemps && temp {
 			if err := unix.Unlinkat(dirfd, name, 0); err != nil {
 				return fmt.Errorf("remove %s: %w", p, err)
 			}

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"syscall"
 
 	"zyvor.dev/sysbox/internal/durable"
@@ -260,12 +259,10 @@ func checkNoStateWithoutJournal(txDir string) error {
 	}
 	for _, de := range ents {
 		n := de.Name()
-		if n == PlanFile || n == JournalFile || tempFile.MatchString(n) {
+		if _, temp := durable.TempTarget(n); n == PlanFile || n == JournalFile || temp {
 			continue
 		}
 		return fmt.Errorf("%w: %s has no begin record but the directory holds %s; not starting over", ErrJournalCorrupt, filepath.Join(txDir, JournalFile), n)
 	}
 	return nil
 }
-
-var tempFile = regexp.MustCompile(`^\..+\.tmp-[0-9]+$`)

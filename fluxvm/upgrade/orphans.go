@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"zyvor.dev/sysbox/internal/durable"
+	"zyvor.dev/sysbox/internal/procfs"
 )
 
 // HookProcess is a live process that carries a transaction's hook environment.
@@ -40,11 +41,8 @@ func liveHooks(txDir string) []HookProcess {
 		if err != nil || !bytes.Contains(append(env, 0), want) {
 			continue
 		}
-		if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-			// a zombie has already finished; its parent just has not reaped it
-			if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-				continue
-			}
+		if st, err := procfs.ReadStat(pid); err == nil && st.Exited() {
+			continue // a zombie has already finished; its parent just has not reaped it
 		}
 		hp := HookProcess{PID: pid}
 		for _, kv := range bytes.Split(env, []byte{0}) {

@@ -29,8 +29,31 @@ type LongFunc struct {
 // directories) and returns, sorted by key, each function declaration longer than max lines.
 func LongFuncs(root string, max int) ([]LongFunc, error) {
 	var out []LongFunc
+	err := walkGoFiles(root, false, func(rel string, fset *token.FileSet, f *ast.File) {
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			n := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1
+			if n > max {
+				out = append(out, LongFunc{Key: rel + ": " + funcName(fn), Lines: n})
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("function length: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// walkGoFiles parses every .go file under root (test files too if tests), skipping testdata,
+// vendor, dot and underscore directories, and calls fn with its module-relative,
+// slash-separated path. A file that does not parse is an error naming it.
+func walkGoFiles(root string, tests bool, fn func(rel string, fset *token.FileSet, f *ast.File)) error {
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -41,34 +64,20 @@ func LongFuncs(root string, max int) ([]LongFunc, error) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+		if !strings.HasSuffix(name, ".go") || (!tests && strings.HasSuffix(name, "_test.go")) {
 			return nil
 		}
 		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 		if err != nil {
-			return fmt.Errorf("function length: %w", err)
+			return err
 		}
 		rel, err := filepath.Rel(root, path)
 		if err != nil {
 			return err
 		}
-		for _, decl := range f.Decls {
-			fn, ok := decl.(*ast.FuncDecl)
-			if !ok {
-				continue
-			}
-			n := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1
-			if n > max {
-				out = append(out, LongFunc{Key: filepath.ToSlash(rel) + ": " + funcName(fn), Lines: n})
-			}
-		}
+		fn(filepath.ToSlash(rel), fset, f)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
 }
 
 // funcName is Name for a function and Recv.Name for a method (pointer and type parameters

@@ -42,16 +42,7 @@ func TestLongFuncsCounts(t *testing.T) {
 		return name + " {\n" + strings.Repeat("\t_ = 0\n", lines-2) + "}\n"
 	}
 	root := t.TempDir()
-	write := func(rel, src string) {
-		t.Helper()
-		p := filepath.Join(root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte("package p\n\ntype T[K any] struct{}\n\n"+src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(rel, src string) { writeTree(t, root, rel, "package p\n\ntype T[K any] struct{}\n\n"+src) }
 	write("a/a.go", body("func atLimit()", max)+body("func over()", max+1)+
 		body("func (t *T[K]) method()", max+1)+body("func (T[K]) short()", 3))
 	write("a/a_test.go", body("func inTest()", max+5))

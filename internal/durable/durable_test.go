@@ -309,3 +309,25 @@ func TestAppendEnvelopeMatchesJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestTempTarget: the temporary file a write really creates is recognised and names its
+// target; lookalikes are not.
+func TestTempTarget(t *testing.T) {
+	dir := t.TempDir()
+	var tmpName string
+	err := WriteFileTo(filepath.Join(dir, "sb-0123456789-g2.json"), 0o600, func(f *os.File) error {
+		tmpName = filepath.Base(f.Name())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := TempTarget(tmpName); !ok || got != "sb-0123456789-g2.json" {
+		t.Fatalf("TempTarget(%q) = %q, %v; want sb-0123456789-g2.json, true", tmpName, got, ok)
+	}
+	for _, name := range []string{"sb-1.json", ".sb-1.json", ".sb-1.json.tmp-", ".sb-1.json.tmp-12x", "sb-1.json.tmp-12", "..tmp-12", ".tmp-12", ".a.tmp-1/2"} {
+		if got, ok := TempTarget(name); ok {
+			t.Errorf("TempTarget(%q) = %q, true; want not a temporary file", name, got)
+		}
+	}
+}

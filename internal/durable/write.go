@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -30,7 +31,7 @@ func WriteFileFunc(path string, perm fs.FileMode, fn func(io.Writer) error) erro
 // retain the file; the fsync, rename and directory fsync are still done here.
 func WriteFileTo(path string, perm fs.FileMode, fn func(f *os.File) error) (err error) {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+tempInfix+"*")
 	if err != nil {
 		return fmt.Errorf("durable write %s: %w", path, err)
 	}
@@ -60,6 +61,29 @@ func WriteFileTo(path string, perm fs.FileMode, fn func(f *os.File) error) (err 
 		return fmt.Errorf("durable write %s: %w", path, err)
 	}
 	return nil
+}
+
+// tempInfix is in the name of every temporary file of a write: "." + the target's base name +
+// tempInfix + the decimal digits os.CreateTemp puts for its "*".
+const tempInfix = ".tmp-"
+
+// TempTarget reports whether name (a directory entry's name) is that of a temporary file
+// WriteFile, WriteFileFunc or WriteFileTo creates beside its target, and returns the target's
+// base name. Such a file outlives its write only when the writing process was killed before
+// the rename; whether one is stale (its writer gone) is for the caller to prove.
+func TempTarget(name string) (target string, ok bool) {
+	rest, ok := strings.CutPrefix(name, ".")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndex(rest, tempInfix)
+	if i <= 0 {
+		return "", false
+	}
+	if digits := rest[i+len(tempInfix):]; digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return "", false
+	}
+	return rest[:i], true
 }
 
 // buffers holds the writers of WriteFileFunc: a fresh 1 MiB buffer per write was 7 % of the CPU

@@ -13,8 +13,14 @@ type Stat struct {
 	Comm      string // the command name, without its parentheses
 	State     byte   // field 3: R, S, D, Z, T, …
 	Session   int    // field 6: the session id
+	UTime     uint64 // field 14: clock ticks spent in user mode
+	STime     uint64 // field 15: clock ticks spent in kernel mode
 	StartTime uint64 // field 22: clock ticks after boot
 }
+
+// ClockTicks is the unit of UTime, STime and StartTime: USER_HZ, 100 ticks per second on
+// every Linux architecture (the kernel's ABI, whatever its internal HZ).
+const ClockTicks = 100
 
 // Exited reports whether the process has ended (a zombie not yet reaped, or dead).
 func (s Stat) Exited() bool { return s.State == 'Z' || s.State == 'X' }
@@ -43,11 +49,19 @@ func ParseStat(b []byte) (Stat, error) {
 	if err != nil {
 		return Stat{}, fmt.Errorf("field 6 (session) %q: not a number", f[3])
 	}
+	utime, err := strconv.ParseUint(string(f[11]), 10, 64)
+	if err != nil {
+		return Stat{}, fmt.Errorf("field 14 (utime) %q: not a number", f[11])
+	}
+	stime, err := strconv.ParseUint(string(f[12]), 10, 64)
+	if err != nil {
+		return Stat{}, fmt.Errorf("field 15 (stime) %q: not a number", f[12])
+	}
 	start, err := strconv.ParseUint(string(f[19]), 10, 64)
 	if err != nil {
 		return Stat{}, fmt.Errorf("field 22 (start time) %q: not a number", f[19])
 	}
-	return Stat{PID: pid, Comm: string(b[open+1 : closing]), State: f[0][0], Session: sid, StartTime: start}, nil
+	return Stat{PID: pid, Comm: string(b[open+1 : closing]), State: f[0][0], Session: sid, UTime: utime, STime: stime, StartTime: start}, nil
 }
 
 // ReadStat reads /proc/PID/stat. A missing pid's error wraps os.ErrNotExist.

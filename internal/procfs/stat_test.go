@@ -26,7 +26,7 @@ func TestParseStat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Stat{PID: 4242, Comm: comm, State: 'S', Session: 17, StartTime: 987654}
+			want := Stat{PID: 4242, Comm: comm, State: 'S', Session: 17, UTime: 1, STime: 2, StartTime: 987654}
 			if got != want {
 				t.Errorf("got %+v, want %+v", got, want)
 			}
@@ -45,6 +45,8 @@ func TestParseStatRefuses(t *testing.T) {
 		"state two letters":    strings.Replace(full, ") S ", ") SS ", 1),
 		"session not a number": strings.Replace(full, " 4242 17 ", " 4242 x ", 1),
 		"start not a number":   strings.Replace(full, " 987654 ", " 98765x ", 1),
+		"utime not a number":   strings.Replace(full, " 0 1 2 0 0 20 ", " 0 x 2 0 0 20 ", 1),
+		"stime not a number":   strings.Replace(full, " 0 1 2 0 0 20 ", " 0 1 x 0 0 20 ", 1),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if s, err := ParseStat([]byte(in)); err == nil {

@@ -30,17 +30,11 @@ func ReadHeader(r io.Reader) (Header, error) {
 			return h, &CorruptError{Reason: err.Error()}
 		}
 		key, _ := tok.(string)
-		var dst any
-		switch key {
-		case "format_version":
-			dst, seenVersion = &h.FormatVersion, true
-		case "tool_version":
-			dst = &h.ToolVersion
-		case "lineage":
-			dst = &h.Lineage
-		case "serial":
-			dst = &h.Serial
-		case "resources", "outputs":
+		dst, isHeader := h.field(key)
+		switch {
+		case isHeader:
+			seenVersion = seenVersion || key == "format_version"
+		case key == "resources", key == "outputs":
 			// The header is complete once the body starts (Encode's order).
 			return h, checkHeader(h, seenVersion)
 		default:
@@ -51,6 +45,23 @@ func ReadHeader(r io.Reader) (Header, error) {
 		}
 	}
 	return h, checkHeader(h, seenVersion)
+}
+
+// field returns where the value of a state document's top-level key goes when the key is one
+// of the header's. It is the one list of the header's keys: ReadHeader and Decode's document
+// reader both use it.
+func (h *Header) field(key string) (dst any, ok bool) {
+	switch key {
+	case "format_version":
+		return &h.FormatVersion, true
+	case "tool_version":
+		return &h.ToolVersion, true
+	case "lineage":
+		return &h.Lineage, true
+	case "serial":
+		return &h.Serial, true
+	}
+	return nil, false
 }
 
 func checkHeader(h Header, seenVersion bool) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -316,6 +317,39 @@ func TestReadHeader(t *testing.T) {
 	}
 	if _, err := ReadHeader(strings.NewReader(`{"format_vers`)); !errors.Is(err, durable.ErrCorrupt) {
 		t.Fatalf("torn: got %v, want ErrCorrupt", err)
+	}
+}
+
+// TestHeaderFieldsOneList: every JSON field of Header is a key of Header.field, the one list
+// ReadHeader and Decode share, and the two readers agree on a document's header.
+func TestHeaderFieldsOneList(t *testing.T) {
+	var h Header
+	rt := reflect.TypeOf(h)
+	for i := 0; i < rt.NumField(); i++ {
+		key, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		dst, ok := h.field(key)
+		if !ok {
+			t.Errorf("Header.%s (json %q) is not a key of Header.field", rt.Field(i).Name, key)
+			continue
+		}
+		if got, want := reflect.ValueOf(dst).Pointer(), reflect.ValueOf(&h).Elem().Field(i).Addr().Pointer(); got != want {
+			t.Errorf("Header.field(%q) points elsewhere than Header.%s", key, rt.Field(i).Name)
+		}
+	}
+	if _, ok := h.field("sha256"); ok {
+		t.Error(`Header.field("sha256") = ok, want not a header key`)
+	}
+	b := mustEncode(t, sample())
+	rh, err := ReadHeader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Header{FormatVersion: FormatVersion, ToolVersion: st.ToolVersion, Lineage: st.Lineage, Serial: st.Serial}); rh != want {
+		t.Fatalf("ReadHeader: got %+v, Decode read %+v", rh, want)
 	}
 }
 

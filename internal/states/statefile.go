@@ -25,13 +25,11 @@ const FormatVersion = 1
 // header is the top level of a state document. Resources and Outputs stay raw so that the
 // checksum covers their exact bytes.
 type header struct {
-	FormatVersion *int            `json:"format_version"`
-	ToolVersion   string          `json:"tool_version"`
-	Lineage       string          `json:"lineage"`
-	Serial        uint64          `json:"serial"`
-	SHA256        string          `json:"sha256"`
-	Resources     json.RawMessage `json:"resources"`
-	Outputs       json.RawMessage `json:"outputs"`
+	Header
+	SHA256     string          `json:"sha256"`
+	Resources  json.RawMessage `json:"resources"`
+	Outputs    json.RawMessage `json:"outputs"`
+	hasVersion bool            // the document has a format_version key
 }
 
 // Encode renders st in the current format. The output is deterministic: resources in canonical
@@ -172,12 +170,8 @@ func Decode(data []byte) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	if h.FormatVersion == nil || *h.FormatVersion < 1 || *h.FormatVersion > FormatVersion {
-		v := 0
-		if h.FormatVersion != nil {
-			v = *h.FormatVersion
-		}
-		return nil, &UnsupportedVersionError{Version: v, ToolVersion: h.ToolVersion}
+	if !h.hasVersion || h.FormatVersion < 1 || h.FormatVersion > FormatVersion {
+		return nil, &UnsupportedVersionError{Version: h.FormatVersion, ToolVersion: h.ToolVersion}
 	}
 	if h.Lineage == "" {
 		return nil, &IncompatibleStateError{ToolVersion: h.ToolVersion, Problems: []string{"the state has no lineage"}}
@@ -264,21 +258,15 @@ func readDocument(data []byte) (header, error) {
 				return torn(vEnd)
 			}
 			val := data[i:vEnd]
-			var dst any
-			switch key {
-			case "format_version":
-				dst = &h.FormatVersion
-			case "tool_version":
-				dst = &h.ToolVersion
-			case "lineage":
-				dst = &h.Lineage
-			case "serial":
-				dst = &h.Serial
-			case "sha256":
+			dst, isHeader := h.field(key)
+			switch {
+			case isHeader:
+				h.hasVersion = h.hasVersion || key == "format_version"
+			case key == "sha256":
 				dst = &h.SHA256
-			case "resources":
+			case key == "resources":
 				h.Resources = val
-			case "outputs":
+			case key == "outputs":
 				h.Outputs = val
 			default:
 				return h, &CorruptError{Reason: fmt.Sprintf("unknown top-level field %q", key)}

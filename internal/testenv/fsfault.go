@@ -3,12 +3,12 @@ package testenv
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"zyvor.dev/sysbox/internal/procfs"
 )
 
 // MountTmpfs mounts a tmpfs of sizeKiB at dir (an existing, empty directory) for a fault test
@@ -68,7 +68,7 @@ func ReadOnly(t testing.TB, dir string) (how string, writable func()) {
 func WaitStopped(t testing.TB, pid int, exited <-chan struct{}) bool {
 	t.Helper()
 	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		st, err := procfs.ReadStat(pid)
 		if err != nil {
 			// Reaped by the caller's Wait an instant before it closes exited: an exit, not an
 			// error.
@@ -79,8 +79,7 @@ func WaitStopped(t testing.TB, pid int, exited <-chan struct{}) bool {
 				t.Fatalf("process %d: %v", pid, err)
 			}
 		}
-		s := string(b)
-		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 && f[0] == "T" {
+		if st.State == 'T' {
 			return true
 		}
 		select {

@@ -358,14 +358,7 @@ func TestKillRealBinaryRealDrivers(t *testing.T) {
 	testenv.RequireRoot(t)
 	_, file, _, _ := runtime.Caller(0)
 	example := filepath.Join(filepath.Dir(file), "..", "..", "examples", "lab-small")
-	real := func(t *testing.T, dir string, env []string, args ...string) exectest.Outcome {
-		t.Helper()
-		c := exec.Command(binary, args...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), "WEB_TOKEN="+secret)
-		c.Env = append(c.Env, env...)
-		return exectest.Run(t, fmt.Sprintf("run %v", args), c)
-	}
+	sb := exectest.CLI{Bin: binary, Env: []string{"WEB_TOKEN=" + secret}}
 	for _, sc := range []struct {
 		name  string
 		setup bool
@@ -379,41 +372,27 @@ func TestKillRealBinaryRealDrivers(t *testing.T) {
 				Run: func(t *testing.T, n int) (exectest.Outcome, int, string) {
 					dir := t.TempDir()
 					copyTree(t, example, dir)
-					t.Cleanup(func() { real(t, dir, nil, "destroy", "-auto-approve") })
+					t.Cleanup(func() { sb.Run(t, dir, nil, "destroy", "-auto-approve") })
 					if sc.setup {
-						if r := real(t, dir, nil, "apply", "-auto-approve"); r.Killed || r.Code != 0 {
-							t.Fatalf("setup apply: %+v", r)
-						}
+						sb.Must(t, dir, "setup", "apply", "-auto-approve")
 					}
-					trace := filepath.Join(t.TempDir(), "trace")
-					r := real(t, dir, []string{failpoint.EnvTrace + "=" + trace, failpoint.EnvSpec + "=" + executor.PointCheckpoint + "@" + strconv.Itoa(n)}, sc.args...)
-					return r, exectest.Traced(t, trace, executor.PointCheckpoint), dir
+					r, passed := sb.KillAt(t, dir, executor.PointCheckpoint, n, sc.args...)
+					return r, passed, dir
 				},
 				After: func(t *testing.T, dir, what string) {
-					if r := real(t, dir, nil, "recover"); r.Killed || r.Code != 0 {
+					if r := sb.Run(t, dir, nil, "recover"); r.Killed || r.Code != 0 {
 						// Killed while provisioners may have run: the node is tainted, never
 						// provisioned twice, and the next apply replaces it.
 						if r.Killed || r.Code != 1 || !strings.Contains(r.Out, "tainted") {
 							t.Fatalf("%s: recover: %+v", what, r)
 						}
-						if r := real(t, dir, nil, "apply", "-auto-approve"); r.Code != 0 || !strings.Contains(r.Out, "tainted") {
-							t.Fatalf("%s: apply replacing the tainted node: %+v", what, r)
+						if out := sb.Must(t, dir, what+": apply replacing the tainted node", "apply", "-auto-approve"); !strings.Contains(out, "tainted") {
+							t.Fatalf("%s: apply replacing the tainted node:\n%s", what, out)
 						}
 					}
-					r := real(t, dir, nil, "refresh")
-					if r.Code != 0 {
-						t.Fatalf("%s: refresh: %+v", what, r)
-					}
-					for _, line := range strings.Split(strings.TrimSpace(r.Out), "\n") {
-						if strings.HasPrefix(line, "sysbox_") && !strings.HasSuffix(line, ": present") {
-							t.Fatalf("%s: after recovery: %s\n%s", what, line, r.Out)
-						}
-					}
-					if r := real(t, dir, nil, "recover"); r.Code != 0 || !strings.Contains(r.Out, "Nothing to recover") {
-						t.Fatalf("%s: second recover: %+v", what, r)
-					}
-					if r := real(t, dir, nil, "destroy", "-auto-approve"); r.Code != 0 || !strings.Contains(r.Out, "Residue audit: no object") {
-						t.Fatalf("%s: destroy: %+v", what, r)
+					sb.Settled(t, dir, what)
+					if out := sb.Must(t, dir, what+": destroy", "destroy", "-auto-approve"); !strings.Contains(out, "Residue audit: no object") {
+						t.Fatalf("%s: destroy:\n%s", what, out)
 					}
 				}}.Kill(t, strings.Join(sc.args, " "))
 		})
