@@ -12,9 +12,15 @@
 //     `virsh restore` of a save image + ping (the peer's save is taken outside the timing, ours
 //     at the node's first start, also outside);
 //
-//   - 4 VMs created and started in parallel vs 1 (ours against ours; the peer's the same).
+//   - 4 VMs created and started in parallel vs 1 (ours against ours; the peer's the same), each
+//     timed until all of them are deleted again; the time until the last agent answered (the
+//     apply's part) is printed beside it.
 //
-//     go run ./bench/libvirt -image /tmp/sysbox-test-all/guest-image -rounds 3
+// The reset lines end when the new generation's agent answers. What `sysbox reset` does after
+// that (its step 8: stop and delete the prior generation) is timed separately and printed
+// beside them; the peer's cold reset destroys its old domain first, inside its time.
+//
+//	go run ./bench/libvirt -image /tmp/sysbox-test-all/guest-image -rounds 3
 //
 // -lines picks lines (boot, reset-cold, reset-snap, parallel, virsh-parallel). Beside each
 // timing it prints the driver's own steps (Options.OnStep) and the CPU time (utime+stime from
@@ -275,7 +281,16 @@ func (b *bench) reset(ctx context.Context, d *libvirt.Driver, addr, want string)
 			fmt.Printf("  cpu reset: the new generation's qemu %.2fs in %.2fs wall\n", cpu.Seconds(), el.Seconds())
 		}
 	}
-	err = errors.Join(err, d.DeleteNode(ctx, h1, o1))
+	// What `sysbox reset` does next and its caller waits for (executor step 8, cleanupPrior):
+	// stop and delete the prior generation. Not in the line's time (which ends when the new
+	// generation answers); printed beside it.
+	t1 := time.Now()
+	rerr := errors.Join(d.StopNode(ctx, h1, o1), d.DeleteNode(ctx, h1, o1))
+	rm := time.Since(t1)
+	if err == nil && rerr == nil {
+		fmt.Printf("  removal of the prior generation (StopNode + DeleteNode): %.2fs; reset with it %.2fs\n", rm.Seconds(), (el + rm).Seconds())
+	}
+	err = errors.Join(err, rerr)
 	if obs, oerr := d.ObserveNode(ctx, h2, o2); oerr == nil && !strings.HasPrefix(obs.Attributes["started_from"], want) {
 		err = errors.Join(err, fmt.Errorf("generation 2 started_from %q, want %s", obs.Attributes["started_from"], want))
 	}
@@ -328,8 +343,12 @@ func (b *bench) oursParallel(n int) func(ctx context.Context, r int) (time.Durat
 			return errors.Join(err, b.cold.DeleteNode(ctx, h, o))
 		})
 		sort.Float64s(ready)
-		fmt.Printf("  cpu %d in parallel: qemu %.2fs in all until ready (%.2fs per VM), agents ready after %v s, all down after %.2fs\n",
+		fmt.Printf("  cpu %d in parallel: qemu %.2fs in all until ready (%.2fs per VM), agents ready after %.2f s, all down after %.2fs\n",
 			n, cpu.Seconds(), cpu.Seconds()/float64(n), ready, el.Seconds())
+		if len(ready) == n {
+			// The apply's part (create + start until the agent answers), without the deletes.
+			fmt.Printf("  apply %d in parallel: the last agent answered after %.2fs\n", n, ready[n-1])
+		}
 		for i := 0; i < n; i++ {
 			b.printSteps(fmt.Sprintf("%d in parallel, #%d", n, i), fmt.Sprintf("sysbox_node.par%d_%d_%d", n, r, i))
 		}
