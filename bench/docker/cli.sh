@@ -8,7 +8,8 @@
 # ours (wall, CPU = user+system of the sysbox process, peak RSS), the peer's wall time, the ratio.
 # Needs root, dockerd, the docker CLI and /bin/busybox (busybox-static).
 #   N=100 NETS=5 PAR=8 ROUNDS=1 bench/docker/cli.sh
-# SYSBOX_BIN=PATH measures that binary instead of building this tree's.
+# SYSBOX_BIN=PATH measures that binary instead of building this tree's; SYSBOX_FLAGS adds flags
+# to its apply and destroy (e.g. SYSBOX_FLAGS="-parallelism 16").
 # CALLS=1 sends both sides through bench/docker/apicount, a counting proxy of the Engine API
 # (DOCKER_HOST for sysbox and the docker CLI alike), and after each phase prints its API calls per
 # container and the calls by route; the timings then include the proxy.
@@ -101,9 +102,9 @@ now() { date +%s.%N; }
 cd "$work/lab"
 if [ "$calls" = 1 ]; then seen=$(wc -l <"$work/api.log") dcpu0=$(daemon_cpu); fi  # the image import is not a phase
 for r in $(seq 1 "$rounds"); do
-  read -r aw ac am < <(timed "$work/sysbox" apply -auto-approve)
+  read -r aw ac am < <(timed "$work/sysbox" apply -auto-approve ${SYSBOX_FLAGS:-})
   calls_of "apply: sysbox"
-  read -r dw dc dm < <(timed "$work/sysbox" destroy -auto-approve)
+  read -r dw dc dm < <(timed "$work/sysbox" destroy -auto-approve ${SYSBOX_FLAGS:-})
   calls_of "destroy: sysbox"
   t0=$(now)
   seq 1 "$n" | xargs -P "$par" -I{} docker run -d --init --network none "$tag" sleep 3600 >"$work/ids"

@@ -107,8 +107,24 @@ var (
 	_ driver.Importer  = (*Driver)(nil)
 	_ driver.Auditor   = (*Driver)(nil)
 
+	_ driver.ForceDeleter = (*Driver)(nil)
+	_ driver.Concurrency  = (*Driver)(nil)
+
 	_ linuxnet.NamespaceResolver = (*Driver)(nil)
 )
+
+// MaxInFlight is how many operations the driver runs at once when the user did not fix the
+// parallelism (driver.Concurrency). An operation spends most of its time waiting on the daemon
+// (a container's start or removal), which serves many at once: `docker rm -f` of many
+// containers keeps up to 50 removals in flight.
+const MaxInFlight = 32
+
+// MaxInFlight implements driver.Concurrency.
+func (d *Driver) MaxInFlight() int { return MaxInFlight }
+
+// DeleteStopsNode implements driver.ForceDeleter: DeleteNode removes a running container with
+// force (the daemon kills it), so the executor does not stop it gracefully first.
+func (d *Driver) DeleteStopsNode() bool { return true }
 
 // apiErr maps a client error to the driver sentinels callers branch on, keeping the cause:
 // an unreachable daemon is ErrUnavailable, a missing object ErrNotFound.

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
@@ -13,11 +17,17 @@ import (
 
 var _ driver.Hosts = (*Driver)(nil)
 
-// SetHosts implements driver.Hosts. A container's /etc/hosts is the file Docker keeps at its
-// HostsPath and bind-mounts in; Docker rebuilds it when the container starts, so a container
-// that is not running gets nothing now (the executor calls again after StartNode) and a
-// running one gets the file rewritten in place: Docker's own lines, then the owner's marker
-// line and the entries. The file goes with the container.
+// SetHosts implements driver.Hosts: the running container's /etc/hosts gets the owner's marker
+// line and the entries after its base lines. A container that is not running gets nothing now
+// (the executor calls again after StartNode).
+//
+// Containers the driver creates have no Docker network sandbox (NetworkDisabled, see
+// CreateNode), so Docker keeps no hosts file for them: the file is the container's own
+// /etc/hosts, written from the host inside the container's root (see writeContainerHosts), with
+// localhost lines as its base, and it stays with the container across restarts. A container
+// that has a hosts file of Docker's (HostsPath: one imported, or created by an earlier sysbox)
+// gets that file rewritten in place instead, after Docker's own lines; Docker rebuilds it when
+// the container starts.
 func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner substrate.Owner, entries []driver.HostEntry) error {
 	what := "node " + owner.Address + ": hosts"
 	r, ok := d.live.lookup(node.ExternalID)
@@ -32,19 +42,87 @@ func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner subs
 		}
 		r, ok = d.live.note(ins)
 	}
-	if !ok || r.HostsPath == "" {
+	if !ok {
+		return nil
+	}
+	if r.HostsPath == "" {
+		if err := writeContainerHosts(r, owner, entries); err != nil {
+			return fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
+		}
 		return nil
 	}
 	cur, err := os.ReadFile(r.HostsPath)
 	if err != nil {
 		return fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
 	}
-	// Docker's lines are what precedes our marker line (if an earlier call wrote one).
+	if err := linuxnet.WriteHostsInPlace(r.HostsPath, linuxnet.RenderHosts(baseHosts(cur), owner, entries)); err != nil {
+		return fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
+	}
+	return nil
+}
+
+// localhostLines are what Docker writes into the hosts file of a container without networks.
+const localhostLines = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+	"fe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
+
+// baseHosts returns the lines of hosts file content cur that precede our marker line (if an
+// earlier call wrote one), or the localhost lines when there are none.
+func baseHosts(cur []byte) []byte {
 	if i := bytes.Index(cur, []byte(linuxnet.HostsMarkerPrefix)); i >= 0 {
 		cur = cur[:i]
 	}
-	if err := linuxnet.WriteHostsInPlace(r.HostsPath, linuxnet.RenderHosts(cur, owner, entries)); err != nil {
-		return fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
+	if len(bytes.TrimSpace(cur)) == 0 {
+		return []byte(localhostLines)
+	}
+	return cur
+}
+
+// writeContainerHosts rewrites /etc/hosts inside running container r (its base lines, then
+// owner's section) in place, so the inode the container may hold open stays the same.
+// The path is resolved inside the container's root (openat2 RESOLVE_IN_ROOT), so that a symlink
+// in the container cannot lead the host's write out of it, and the file must be a regular
+// file. The root is that of r's pid, checked to be still one of the container's processes after
+// it was opened.
+func writeContainerHosts(r running, owner substrate.Owner, entries []driver.HostEntry) error {
+	root, err := unix.Open("/proc/"+strconv.Itoa(r.Pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("root of pid %d: %w", r.Pid, err)
+	}
+	defer unix.Close(root)
+	if !inContainer(r.Pid, r.ID) {
+		return fmt.Errorf("pid %d is no longer the container's: %w", r.Pid, driver.ErrNotFound)
+	}
+	fd, err := unix.Openat2(root, "/etc/hosts", &unix.OpenHow{
+		Flags:   unix.O_RDWR | unix.O_CREAT | unix.O_CLOEXEC | unix.O_NONBLOCK,
+		Mode:    0o644,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return fmt.Errorf("open /etc/hosts in the container: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "/etc/hosts")
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return fmt.Errorf("/etc/hosts in the container: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("/etc/hosts in the container is a %s, not a regular file", fi.Mode().Type())
+	}
+	cur, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return fmt.Errorf("read /etc/hosts in the container: %w", err)
+	}
+	content := linuxnet.RenderHosts(baseHosts(cur), owner, entries)
+	if bytes.Equal(cur, content) {
+		return nil
+	}
+	if _, err := f.WriteAt(content, 0); err != nil {
+		return fmt.Errorf("write /etc/hosts in the container: %w", err)
+	}
+	if err := f.Truncate(int64(len(content))); err != nil {
+		return fmt.Errorf("truncate /etc/hosts in the container: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync /etc/hosts in the container: %w", err)
 	}
 	return nil
 }

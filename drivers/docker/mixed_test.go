@@ -103,8 +103,9 @@ func TestDaemonMixedWithNetnsNode(t *testing.T) {
 	}
 
 	// Attachment aliases (S8): each side resolves the other's alias — the container through
-	// the hosts file Docker bind-mounts in, the netns node through its own — and pings it by
-	// name; static busybox reads /etc/hosts itself (no NSS module needed).
+	// its own /etc/hosts (written by SetHosts from the host: the container has no hosts file of
+	// Docker's), the netns node through its own — and pings it by name; static busybox reads
+	// /etc/hosts itself (no NSS module needed).
 	entries := []driver.HostEntry{{Address: "203.0.113.10", Names: []string{"web-ns"}}, {Address: "203.0.113.20", Names: []string{"web-ctr", "ctr"}}}
 	if err := d.SetHosts(ctx, cH, cOwner, entries); err != nil {
 		t.Fatalf("docker SetHosts: %v", err)
@@ -132,6 +133,9 @@ func TestDaemonMixedWithNetnsNode(t *testing.T) {
 		{"container's hosts file holds one sysbox section", func() (substrate.ExecResult, error) {
 			return d.Exec(ctx, cH, substrate.ExecRequest{Argv: []string{"cat", "/etc/hosts"}, Timeout: 10 * time.Second})
 		}, "203.0.113.20\tweb-ctr ctr\n"},
+		{"container still resolves localhost", func() (substrate.ExecResult, error) {
+			return d.Exec(ctx, cH, substrate.ExecRequest{Argv: []string{"ping", "-c", "1", "-W", "3", "localhost"}, Timeout: 10 * time.Second})
+		}, "1 packets received"},
 	}
 	for _, x := range byName {
 		res, err := x.run()

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"zyvor.dev/sysbox/drivers/docker/imagetest"
+	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -375,5 +376,22 @@ func TestSidecarResidueRefusesDamagedRecords(t *testing.T) {
 				t.Fatalf("sidecarResidue with a %s record: got %+v, %v; want an error naming %s", tc.name, objs, err, bad)
 			}
 		})
+	}
+}
+
+// TestBaseHosts: the lines before our section are kept; an empty file (a container without a
+// hosts file of Docker's) gets the localhost lines.
+func TestBaseHosts(t *testing.T) {
+	docker := "127.0.0.1\tlocalhost\n10.0.0.2\tabc\n"
+	for _, tc := range []struct{ name, cur, want string }{
+		{"empty", "", localhostLines},
+		{"blank", "\n \n", localhostLines},
+		{"docker's lines", docker, docker},
+		{"docker's lines and our section", docker + linuxnet.HostsMarkerPrefix + "x\n1.2.3.4\ty\n", docker},
+		{"our section alone", linuxnet.HostsMarkerPrefix + "x\n1.2.3.4\ty\n", localhostLines},
+	} {
+		if got := string(baseHosts([]byte(tc.cur))); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

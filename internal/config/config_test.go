@@ -543,3 +543,35 @@ output "lan" { value = sysbox_network.lan.ipv4_cidr }
 	}
 	runtime.KeepAlive(m)
 }
+
+// TestSubstrateParallelismSetOnlyWhenWritten: parallelism is 8 unless the block sets it, and
+// only a written value counts as the user's choice (it bounds every driver then).
+func TestSubstrateParallelismSetOnlyWhenWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      int
+		set       bool
+	}{
+		{"no substrate block", ``, 8, false},
+		{"block without parallelism", `substrate "local" {
+  driver "netns" {}
+}`, 8, false},
+		{"parallelism 8 written", `substrate "local" {
+  driver "netns" {}
+  parallelism = 8
+}`, 8, true},
+		{"parallelism 3", `substrate "local" {
+  driver "netns" {}
+  parallelism = 3
+}`, 3, true},
+	} {
+		dir := write(t, map[string]string{"main.sysbox.hcl": tc.src})
+		top, diags := eval(t, dir, config.Options{})
+		if diags.HasErrors() || top == nil {
+			t.Fatalf("%s: %v", tc.name, diags)
+		}
+		if got := top.Substrate; got.Parallelism != tc.want || got.ParallelismSet != tc.set {
+			t.Errorf("%s: got parallelism %d set %v, want %d set %v", tc.name, got.Parallelism, got.ParallelismSet, tc.want, tc.set)
+		}
+	}
+}

@@ -130,6 +130,9 @@ type EvaluatedSubstrate struct {
 	Drivers     []NamedAttrs
 	Backend     *NamedAttrs
 	Parallelism int
+	// ParallelismSet is true when the block sets parallelism (Parallelism is then the user's
+	// bound on all operations; else the default, which drivers may exceed for their own).
+	ParallelismSet bool
 }
 
 // NamedAttrs is an evaluated driver or backend block.

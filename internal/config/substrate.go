@@ -59,7 +59,7 @@ func (e *evaluator) substrate(ri *modInst) EvaluatedSubstrate {
 			if err != nil || !n.IsKnown() || n.IsNull() || acc != big.Exact || i < 1 || i > 1024 {
 				e.errf(s.Parallelism.Range().Ptr(), "Invalid parallelism", "parallelism must be a whole number from 1 to 1024")
 			} else {
-				out.Parallelism = int(i)
+				out.Parallelism, out.ParallelismSet = int(i), true
 			}
 		}
 	}

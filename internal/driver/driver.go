@@ -63,6 +63,23 @@ type Nodes interface {
 	DeleteNode(ctx context.Context, h substrate.Handle, owner substrate.Owner) error
 }
 
+// ForceDeleter is the optional part of Nodes for a driver whose DeleteNode ends a running node
+// itself, at once, so that a graceful StopNode right before it is wasted work. When
+// DeleteStopsNode reports true, the executor removes a node generation (destroy, the first half
+// of a replace, a reset's prior generation) with DeleteNode alone; DeleteNode re-checks the
+// node's ownership markers as every destructive call does.
+type ForceDeleter interface {
+	DeleteStopsNode() bool
+}
+
+// Concurrency is optional: a driver that tolerates a number of its own operations in flight
+// other than the executor's default says how many (at least 1). Unless the user fixed the
+// parallelism, the executor runs up to that many of this driver's operations at once, apart
+// from the operations of the drivers that do not say (see executor.Executor.Parallelism).
+type Concurrency interface {
+	MaxInFlight() int
+}
+
 // NICs owns the physical side of attachments (S8).
 type NICs interface {
 	Attach(ctx context.Context, node substrate.Handle, spec substrate.AttachmentSpec) (substrate.AttachmentState, error)

@@ -29,8 +29,14 @@ type Executor struct {
 	Registry *driver.Registry
 	State    StateStore
 	// Dir holds the checkpoint log of the run in progress (next to the state, e.g. .sysbox/).
-	Dir         string
+	Dir string
+	// Parallelism bounds the operations in flight (0: DefaultParallelism). The operations of
+	// every driver share that bound, except that a driver saying how many of its own operations
+	// it tolerates (driver.Concurrency) gets a bound of that size for them alone — unless
+	// FixedParallelism, when Parallelism bounds all operations together whatever the drivers say.
 	Parallelism int
+	// FixedParallelism is set when the user chose the parallelism (a flag, a setting).
+	FixedParallelism bool
 	// Resolve replaces secret references embedded in s with plaintext; it is called right
 	// before the provider call that needs the value. nil refuses any value holding a reference.
 	Resolve func(ctx context.Context, s string) (string, error)
@@ -559,7 +565,8 @@ func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState) []erro
 			}
 		}
 	}
-	r.schedule(ctx, removals, after, name, isFailed, func(i int) {
+	pool := r.e.pools(actions)
+	r.schedule(ctx, removals, after, name, pool, isFailed, func(i int) {
 		if err := r.removePart(ctx, ops[i]); err != nil {
 			record(i, err)
 		}
@@ -581,7 +588,7 @@ func (r *run) walk(ctx context.Context, actions []Action, ops []*OpState) []erro
 			}
 		}
 	}
-	r.schedule(ctx, rest, after, name, isFailed, func(i int) {
+	r.schedule(ctx, rest, after, name, pool, isFailed, func(i int) {
 		if err := r.createPart(ctx, ops[i]); err != nil {
 			record(i, err)
 		}
@@ -624,10 +631,40 @@ func depsOf(a *Action) []addrs.Instance {
 	return out
 }
 
-// schedule runs fn for each item once every item it waits for has finished, at most
-// parallelism at a time; an item whose prerequisite failed, or that has not started when the
+// pools returns, for each action index, the semaphore bounding its operation in flight: one
+// pool of Parallelism shared by every driver, and — unless FixedParallelism — one of its own for
+// each driver of actions that says how many operations it tolerates (driver.Concurrency).
+func (e *Executor) pools(actions []Action) func(i int) chan struct{} {
+	shared := make(chan struct{}, e.parallelism())
+	own := map[string]chan struct{}{}
+	if !e.FixedParallelism {
+		seen := map[string]bool{}
+		for _, a := range actions {
+			if a.Driver == "" || seen[a.Driver] {
+				continue
+			}
+			seen[a.Driver] = true
+			d, err := e.Registry.Driver(a.Driver)
+			if err != nil {
+				continue // Check reported it
+			}
+			if c, ok := d.(driver.Concurrency); ok && c.MaxInFlight() > 0 {
+				own[a.Driver] = make(chan struct{}, c.MaxInFlight())
+			}
+		}
+	}
+	return func(i int) chan struct{} {
+		if s, ok := own[actions[i].Driver]; ok {
+			return s
+		}
+		return shared
+	}
+}
+
+// schedule runs fn for each item once every item it waits for has finished, at most as many at
+// a time as its pool holds; an item whose prerequisite failed, or that has not started when the
 // run became unfinishable, is skipped (skip is called with the reason).
-func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, name func(int) string, failed func(int) bool, fn func(int), skip func(i int, reason error)) {
+func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, name func(int) string, pool func(int) chan struct{}, failed func(int) bool, fn func(int), skip func(i int, reason error)) {
 	if len(items) == 0 {
 		return
 	}
@@ -635,7 +672,6 @@ func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, na
 	for _, i := range items {
 		done[i] = make(chan struct{})
 	}
-	sem := make(chan struct{}, r.e.parallelism())
 	var wg sync.WaitGroup
 	for _, i := range items {
 		wg.Add(1)
@@ -649,6 +685,7 @@ func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, na
 					return
 				}
 			}
+			sem := pool(i)
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			if err := r.fatalErr(); err != nil {

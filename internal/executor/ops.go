@@ -92,7 +92,7 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 	return r.ck(op, StepDeleted)
 }
 
-// removeNode detaches, stops and deletes a node generation.
+// removeNode detaches, stops (see stopBeforeDelete) and deletes a node generation.
 func (r *run) removeNode(ctx context.Context, op *OpState, p *PriorObject) error {
 	nodes, err := driver.Get[driver.Nodes](r.e.Registry, p.Handle.Driver, driver.CapNodeLifecycle)
 	if err != nil {
@@ -112,13 +112,23 @@ func (r *run) removeNode(ctx context.Context, op *OpState, p *PriorObject) error
 			return err
 		}
 	}
-	if err := ignoreNotFound(nodes.StopNode(ctx, p.Handle, p.Owner)); err != nil {
-		return fmt.Errorf("stop node %s: %w", p.Handle.ExternalID, err)
+	if stopBeforeDelete(nodes) {
+		if err := ignoreNotFound(nodes.StopNode(ctx, p.Handle, p.Owner)); err != nil {
+			return fmt.Errorf("stop node %s: %w", p.Handle.ExternalID, err)
+		}
 	}
 	if err := ignoreNotFound(nodes.DeleteNode(ctx, p.Handle, p.Owner)); err != nil {
 		return fmt.Errorf("delete node %s: %w", p.Handle.ExternalID, err)
 	}
 	return nil
+}
+
+// stopBeforeDelete reports whether a node is stopped before it is deleted: unless its driver's
+// DeleteNode ends a running node itself (driver.ForceDeleter), when a graceful stop first is
+// wasted work.
+func stopBeforeDelete(nodes driver.Nodes) bool {
+	fd, ok := nodes.(driver.ForceDeleter)
+	return !ok || !fd.DeleteStopsNode()
 }
 
 // createPart makes op's new object (create, replace's second half, update, read) or resets.

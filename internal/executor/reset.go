@@ -307,7 +307,7 @@ func (r *run) reapplyPolicies(ctx context.Context, op *OpState) error {
 	return nil
 }
 
-// cleanupPrior detaches, stops and deletes a prior generation; the driver re-checks its
+// cleanupPrior detaches, stops (see stopBeforeDelete) and deletes a prior generation; the driver re-checks its
 // markers against the prior owner on each call.
 func (r *run) cleanupPrior(ctx context.Context, p *PriorObject) error {
 	nodes, err := driver.Get[driver.Nodes](r.e.Registry, p.Handle.Driver, driver.CapNodeLifecycle)
@@ -325,8 +325,10 @@ func (r *run) cleanupPrior(ctx context.Context, p *PriorObject) error {
 			}
 		}
 	}
-	if err := ignoreNotFound(nodes.StopNode(ctx, p.Handle, p.Owner)); err != nil {
-		return err
+	if stopBeforeDelete(nodes) {
+		if err := ignoreNotFound(nodes.StopNode(ctx, p.Handle, p.Owner)); err != nil {
+			return err
+		}
 	}
 	return ignoreNotFound(nodes.DeleteNode(ctx, p.Handle, p.Owner))
 }

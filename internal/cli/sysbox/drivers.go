@@ -100,7 +100,7 @@ type runFlags struct {
 
 func addRunFlags(cmd *cobra.Command, f *runFlags) {
 	addVarFlags(cmd, &f.vars)
-	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, fmt.Sprintf("run at most `N` operations at once (default: the substrate's parallelism, else %d)", executor.DefaultParallelism))
+	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, "run at most `N` operations at once (default: the substrate's parallelism, else 8, beside which a driver that says it tolerates more runs that many of its own)")
 	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", 0, "wait up to `DURATION` for a held state lock (0: fail at once)")
 	cmd.Flags().BoolVar(&f.allowUnsafe, "allow-unsafe-state", false, "change state through a backend without locking or compare-and-swap (only if nothing else writes it)")
 }
@@ -174,7 +174,9 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 			return nil, err
 		}
 	}
-	par := f.parallelism
+	// A parallelism the user chose (flag or setting) bounds all operations together; the
+	// default lets a driver that tolerates more operations in flight run more of its own.
+	par, fixed := f.parallelism, f.parallelism > 0 || l.top.Substrate.ParallelismSet
 	if par <= 0 {
 		par = l.top.Substrate.Parallelism
 	}
@@ -182,10 +184,11 @@ func (a *App) openRuntime(ctx context.Context, f *runFlags, needFacts bool) (*ru
 	res := &secrets.EnvResolver{Lookup: a.Env.LookupEnv, Redactor: redactor}
 	rt.prog = newProgress(a, redactor)
 	rt.ex = &executor.Executor{
-		Registry:    reg,
-		State:       mgr.Store(),
-		Dir:         a.checkpointDir(),
-		Parallelism: par,
+		Registry:         reg,
+		State:            mgr.Store(),
+		Dir:              a.checkpointDir(),
+		Parallelism:      par,
+		FixedParallelism: fixed,
 		Resolve: func(ctx context.Context, s string) (string, error) {
 			return secrets.ResolveString(ctx, res, s)
 		},
