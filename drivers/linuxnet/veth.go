@@ -305,7 +305,7 @@ func DeleteVethWithIntents(ctx context.Context, hostName string, owner substrate
 			return err
 		}
 	}
-	if err := deleteHostLink(link); err != nil { // batched with concurrent deletions (reap.go)
+	if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
 		return fmt.Errorf("veth %s: delete: %w", hostName, err)
 	}
 	clearIntent(intentDir, hostName)
