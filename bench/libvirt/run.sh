@@ -7,6 +7,8 @@ cd "$(dirname "$0")"
 export PATH=/usr/local/go/bin:$PATH:/usr/sbin:/sbin
 img=${IMAGE:-/tmp/sysbox-test-all/guest-image}
 ../../scripts/guest-image "$img" >/dev/null
-bin=$(mktemp -d)/libvirt-bench
+bindir=$(mktemp -d)
+trap 'rm -rf "$bindir"' EXIT
+bin=$bindir/libvirt-bench
 go build -o "$bin" .
 flock -o /tmp/sysbox-tier.lock "$bin" -image "$img" -rounds "${ROUNDS:-3}" -lines "${LINES:-}"
