@@ -102,12 +102,8 @@ func (d *Driver) tempOwner(name string) (substrate.Owner, bool) {
 			return o, true
 		}
 	}
-	var sc sidecar
-	b, err := os.ReadFile(filepath.Join(d.StateDir, name))
+	sc, err := readSidecarFile(filepath.Join(d.StateDir, name))
 	if err != nil {
-		return substrate.Owner{}, false
-	}
-	if _, err := durable.DecodeRecord(b, sidecarKind, 1, &sc); err != nil {
 		return substrate.Owner{}, false
 	}
 	o, err := ownerFromSidecar(sc)
