@@ -94,10 +94,11 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 // removes it (removeStaleTemps).
 func (d *Driver) tempOwner(name string) (substrate.Owner, bool) {
 	target, ok := durable.TempTarget(name)
-	if !ok || !strings.HasPrefix(target, "sb-") || !strings.HasSuffix(target, ".json") {
+	ns, isSidecar := strings.CutSuffix(target, ".json")
+	if !ok || !isSidecar || !strings.HasPrefix(ns, netnsPrefix) {
 		return substrate.Owner{}, false
 	}
-	if sc, err := d.readSidecar(strings.TrimSuffix(target, ".json")); err == nil {
+	if sc, err := d.readSidecar(ns); err == nil {
 		if o, err := ownerFromSidecar(sc); err == nil {
 			return o, true
 		}
