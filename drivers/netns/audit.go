@@ -94,20 +94,17 @@ func (d *Driver) Residue(ctx context.Context, topology string) ([]substrate.Obje
 // removes it (removeStaleTemps).
 func (d *Driver) tempOwner(name string) (substrate.Owner, bool) {
 	target, ok := durable.TempTarget(name)
-	if !ok || !strings.HasPrefix(target, "sb-") || !strings.HasSuffix(target, ".json") {
+	ns, isSidecar := strings.CutSuffix(target, ".json")
+	if !ok || !isSidecar || !strings.HasPrefix(ns, netnsPrefix) {
 		return substrate.Owner{}, false
 	}
-	if sc, err := d.readSidecar(strings.TrimSuffix(target, ".json")); err == nil {
+	if sc, err := d.readSidecar(ns); err == nil {
 		if o, err := ownerFromSidecar(sc); err == nil {
 			return o, true
 		}
 	}
-	var sc sidecar
-	b, err := os.ReadFile(filepath.Join(d.StateDir, name))
+	sc, err := readSidecarFile(filepath.Join(d.StateDir, name))
 	if err != nil {
-		return substrate.Owner{}, false
-	}
-	if _, err := durable.DecodeRecord(b, sidecarKind, 1, &sc); err != nil {
 		return substrate.Owner{}, false
 	}
 	o, err := ownerFromSidecar(sc)

@@ -133,9 +133,12 @@ func (d *Driver) CheckPrivate(env substrate.Envelope) error {
 	return err
 }
 
+// netnsPrefix begins every NetnsName.
+const netnsPrefix = "sb-"
+
 // NetnsName is the namespace name for an owner's generation.
 func NetnsName(o substrate.Owner) string {
-	return "sb-" + o.ShortID(10) + "-g" + strconv.FormatUint(o.Generation, 10)
+	return netnsPrefix + o.ShortID(10) + "-g" + strconv.FormatUint(o.Generation, 10)
 }
 
 // BridgeName is the bridge name for a network owner.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,8 +227,11 @@ func TestDeleteGoneNamespaceChecksSidecar(t *testing.T) {
 	if err := os.WriteFile(d.sidecarPath(name), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.DeleteNode(ctx, h, owner); err == nil {
-		t.Error("DeleteNode over an unreadable sidecar: got nil, want an error")
+	if err := d.DeleteNode(ctx, h, owner); err == nil || !strings.Contains(err.Error(), d.sidecarPath(name)) {
+		t.Errorf("DeleteNode over an unreadable sidecar: got %v, want an error naming %s", err, d.sidecarPath(name))
+	}
+	if _, err := os.Lstat(d.sidecarPath(name)); err != nil {
+		t.Errorf("the refused delete removed the unreadable sidecar: %v", err)
 	}
 
 	if err := d.writeSidecar(sidecar{Marker: owner.Marker(), Netns: name}); err != nil {

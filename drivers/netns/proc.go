@@ -51,8 +51,14 @@ func (d *Driver) writeSidecar(s sidecar) error {
 }
 
 func (d *Driver) readSidecar(name string) (sidecar, error) {
+	return readSidecarFile(d.sidecarPath(name))
+}
+
+// readSidecarFile reads and decodes the sidecar record at path (a sidecar, or a temporary file
+// of a sidecar write).
+func readSidecarFile(path string) (sidecar, error) {
 	var s sidecar
-	b, err := os.ReadFile(d.sidecarPath(name))
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return s, err
 	}

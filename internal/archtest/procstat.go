@@ -15,9 +15,10 @@ import (
 const ProcStatOwner = "internal/procfs"
 
 // ProcStatReaders parses every .go file under root, test files included, outside
-// ProcStatOwner (and this file) and returns, sorted, "file:line: literal" for each string literal naming a
-// process's stat file: one ending in "/stat" (other than the system-wide "/proc/stat"), or the
-// bare "stat" in a file that also names a "/proc" path (filepath.Join("/proc", pid, "stat")).
+// ProcStatOwner (and this file) and returns, sorted, "file:line: literal" for each string
+// literal naming a process's stat file: one ending in "/stat" (other than the system-wide
+// "/proc/stat"), or the bare "stat" in a file that also names a "/proc" path
+// (filepath.Join("/proc", pid, "stat")).
 func ProcStatReaders(root string) ([]string, error) {
 	var out []string
 	err := walkGoFiles(root, true, func(rel string, fset *token.FileSet, f *ast.File) {
