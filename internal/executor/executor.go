@@ -34,6 +34,7 @@ type Executor struct {
 	// every driver share that bound, except that a driver saying how many of its own operations
 	// it tolerates (driver.Concurrency) gets a bound of that size for them alone — unless
 	// FixedParallelism, when Parallelism bounds all operations together whatever the drivers say.
+	// (Refresh bounds its observations by Parallelism alone.)
 	Parallelism int
 	// FixedParallelism is set when the user chose the parallelism (a flag, a setting).
 	FixedParallelism bool
