@@ -8,15 +8,19 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 )
 
+// DefaultParallelism is the substrate's parallelism when its block does not set one (or there
+// is no block).
+const DefaultParallelism = 8
+
 // substrate evaluates the substrate block (or returns the defaults: netns and nftables drivers,
-// a local backend at .sysbox/state, parallelism 8).
+// a local backend at .sysbox/state, DefaultParallelism).
 func (e *evaluator) substrate(ri *modInst) EvaluatedSubstrate {
 	s := e.root.Substrate
 	if s == nil {
 		return EvaluatedSubstrate{Name: "local", Drivers: []NamedAttrs{{Name: "netns", Attrs: map[string]cty.Value{}}, {Name: "nftables", Attrs: map[string]cty.Value{}}},
-			Backend: &NamedAttrs{Name: "local", Attrs: map[string]cty.Value{"path": cty.StringVal(".sysbox/state")}}, Parallelism: 8}
+			Backend: &NamedAttrs{Name: "local", Attrs: map[string]cty.Value{"path": cty.StringVal(".sysbox/state")}}, Parallelism: DefaultParallelism}
 	}
-	out := EvaluatedSubstrate{Explicit: true, Name: s.Name, Parallelism: 8}
+	out := EvaluatedSubstrate{Explicit: true, Name: s.Name, Parallelism: DefaultParallelism}
 	evalAttrs := func(attrs hcl.Attributes) map[string]cty.Value {
 		m := map[string]cty.Value{}
 		for n, a := range attrs {

@@ -74,8 +74,10 @@ type ForceDeleter interface {
 
 // Concurrency is optional: a driver that tolerates a number of its own operations in flight
 // other than the executor's default says how many (at least 1). Unless the user fixed the
-// parallelism, the executor runs up to that many of this driver's operations at once, apart
-// from the operations of the drivers that do not say (see executor.Executor.Parallelism).
+// parallelism, the executor's walk of a run's operations (apply, destroy, reset, recovery) runs
+// up to that many of this driver's operations at once, apart from the operations of the drivers
+// that do not say (see executor.Executor.Parallelism); a refresh's observations share the
+// parallelism whatever the drivers say.
 type Concurrency interface {
 	MaxInFlight() int
 }

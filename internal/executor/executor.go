@@ -34,6 +34,7 @@ type Executor struct {
 	// every driver share that bound, except that a driver saying how many of its own operations
 	// it tolerates (driver.Concurrency) gets a bound of that size for them alone — unless
 	// FixedParallelism, when Parallelism bounds all operations together whatever the drivers say.
+	// (Refresh bounds its observations by Parallelism alone.)
 	Parallelism int
 	// FixedParallelism is set when the user chose the parallelism (a flag, a setting).
 	FixedParallelism bool
@@ -636,25 +637,27 @@ func depsOf(a *Action) []addrs.Instance {
 // each driver of actions that says how many operations it tolerates (driver.Concurrency).
 func (e *Executor) pools(actions []Action) func(i int) chan struct{} {
 	shared := make(chan struct{}, e.parallelism())
-	own := map[string]chan struct{}{}
-	if !e.FixedParallelism {
-		seen := map[string]bool{}
-		for _, a := range actions {
-			if a.Driver == "" || seen[a.Driver] {
-				continue
-			}
-			seen[a.Driver] = true
-			d, err := e.Registry.Driver(a.Driver)
-			if err != nil {
-				continue // Check reported it
-			}
-			if c, ok := d.(driver.Concurrency); ok && c.MaxInFlight() > 0 {
-				own[a.Driver] = make(chan struct{}, c.MaxInFlight())
+	if e.FixedParallelism {
+		return func(int) chan struct{} { return shared }
+	}
+	own := map[string]chan struct{}{} // a nil entry: the driver was looked at and shares
+	for _, a := range actions {
+		if _, seen := own[a.Driver]; seen || a.Driver == "" {
+			continue
+		}
+		own[a.Driver] = nil
+		d, err := e.Registry.Driver(a.Driver)
+		if err != nil {
+			continue // Check reported it
+		}
+		if c, ok := d.(driver.Concurrency); ok {
+			if n := c.MaxInFlight(); n > 0 {
+				own[a.Driver] = make(chan struct{}, n)
 			}
 		}
 	}
 	return func(i int) chan struct{} {
-		if s, ok := own[actions[i].Driver]; ok {
+		if s := own[actions[i].Driver]; s != nil {
 			return s
 		}
 		return shared

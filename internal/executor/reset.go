@@ -307,8 +307,8 @@ func (r *run) reapplyPolicies(ctx context.Context, op *OpState) error {
 	return nil
 }
 
-// cleanupPrior detaches, stops (see stopBeforeDelete) and deletes a prior generation; the driver re-checks its
-// markers against the prior owner on each call.
+// cleanupPrior detaches, stops (see stopBeforeDelete) and deletes a prior generation; the
+// driver re-checks its markers against the prior owner on each call.
 func (r *run) cleanupPrior(ctx context.Context, p *PriorObject) error {
 	nodes, err := driver.Get[driver.Nodes](r.e.Registry, p.Handle.Driver, driver.CapNodeLifecycle)
 	if err != nil {

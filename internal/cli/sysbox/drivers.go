@@ -100,7 +100,7 @@ type runFlags struct {
 
 func addRunFlags(cmd *cobra.Command, f *runFlags) {
 	addVarFlags(cmd, &f.vars)
-	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, "run at most `N` operations at once (default: the substrate's parallelism, else 8, beside which a driver that says it tolerates more runs that many of its own)")
+	cmd.Flags().IntVar(&f.parallelism, "parallelism", 0, fmt.Sprintf("run at most `N` operations at once (default: the substrate's parallelism, else %d, beside which a driver that says it tolerates more runs that many of its own)", config.DefaultParallelism))
 	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", 0, "wait up to `DURATION` for a held state lock (0: fail at once)")
 	cmd.Flags().BoolVar(&f.allowUnsafe, "allow-unsafe-state", false, "change state through a backend without locking or compare-and-swap (only if nothing else writes it)")
 }
