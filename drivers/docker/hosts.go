@@ -112,17 +112,5 @@ func writeContainerHosts(r running, owner substrate.Owner, entries []driver.Host
 		return fmt.Errorf("read /etc/hosts in the container: %w", err)
 	}
 	content := linuxnet.RenderHosts(baseHosts(cur), owner, entries)
-	if bytes.Equal(cur, content) {
-		return nil
-	}
-	if _, err := f.WriteAt(content, 0); err != nil {
-		return fmt.Errorf("write /etc/hosts in the container: %w", err)
-	}
-	if err := f.Truncate(int64(len(content))); err != nil {
-		return fmt.Errorf("truncate /etc/hosts in the container: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync /etc/hosts in the container: %w", err)
-	}
-	return nil
+	return linuxnet.RewriteInPlace(f, "/etc/hosts in the container", cur, content)
 }

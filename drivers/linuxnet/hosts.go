@@ -75,17 +75,8 @@ func WriteHostsInPlace(path string, content []byte) error {
 	if err != nil {
 		return err
 	}
-	if bytes.Equal(old, content) {
-		return nil
-	}
-	if _, err := f.WriteAt(content, 0); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Truncate(int64(len(content))); err != nil {
-		return fmt.Errorf("truncate %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
+	if err := RewriteInPlace(f, path, old, content); err != nil {
+		return err
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		if d, err := os.Open(filepath.Dir(path)); err == nil {
@@ -95,6 +86,25 @@ func WriteHostsInPlace(path string, content []byte) error {
 				return fmt.Errorf("sync %s: %w", filepath.Dir(path), err)
 			}
 		}
+	}
+	return nil
+}
+
+// RewriteInPlace makes open file f, named name in errors, hold content instead of old (what it
+// holds now): written over the same inode, truncated and synced; nothing is written when the two
+// are equal.
+func RewriteInPlace(f *os.File, name string, old, content []byte) error {
+	if bytes.Equal(old, content) {
+		return nil
+	}
+	if _, err := f.WriteAt(content, 0); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := f.Truncate(int64(len(content))); err != nil {
+		return fmt.Errorf("truncate %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", name, err)
 	}
 	return nil
 }
