@@ -61,6 +61,22 @@ func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner subs
 	return nil
 }
 
+// maxHostsFile bounds the container's /etc/hosts that SetHosts reads and rewrites.
+const maxHostsFile = 1 << 20
+
+// readHosts reads a hosts file whole, refusing one over maxHostsFile: its rewrite keeps the lines
+// it read, so a cut-off read would silently drop the rest.
+func readHosts(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxHostsFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxHostsFile {
+		return nil, fmt.Errorf("larger than %d bytes: not rewritten", maxHostsFile)
+	}
+	return b, nil
+}
+
 // localhostLines are what Docker writes into the hosts file of a container without networks.
 const localhostLines = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
 	"fe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
@@ -107,7 +123,7 @@ func writeContainerHosts(r running, owner substrate.Owner, entries []driver.Host
 	} else if !fi.Mode().IsRegular() {
 		return fmt.Errorf("/etc/hosts in the container is a %s, not a regular file", fi.Mode().Type())
 	}
-	cur, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	cur, err := readHosts(f)
 	if err != nil {
 		return fmt.Errorf("read /etc/hosts in the container: %w", err)
 	}

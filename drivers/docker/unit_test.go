@@ -395,3 +395,15 @@ func TestBaseHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestReadHostsRefusesOverLimit: a hosts file up to the limit is read whole; a larger one is
+// refused rather than cut off (its rewrite would drop the rest).
+func TestReadHostsRefusesOverLimit(t *testing.T) {
+	full := bytes.Repeat([]byte("x"), maxHostsFile)
+	if got, err := readHosts(bytes.NewReader(full)); err != nil || len(got) != maxHostsFile {
+		t.Fatalf("a file of exactly the limit: got %d bytes, %v; want it whole", len(got), err)
+	}
+	if got, err := readHosts(bytes.NewReader(append(full, '\n'))); err == nil {
+		t.Fatalf("a file one byte over the limit: got %d bytes and no error; want a refusal", len(got))
+	}
+}
