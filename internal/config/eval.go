@@ -191,8 +191,9 @@ type Options struct {
 	ValidateOnly bool
 	// ReleaseBodies lets each resource body's syntax tree go as soon as every instance of a
 	// resource nothing refers to is decoded, for a caller that will not evaluate Root again
-	// (validate, plan): Root's resources have no Body afterwards. Evaluation then no longer
-	// holds every file's syntax tree and every decoded configuration at once.
+	// (validate, plan): those resources (in Root and in its modules) have no Body afterwards;
+	// a resource something refers to keeps its Body. Evaluation then no longer holds every
+	// file's syntax tree and every decoded configuration at once.
 	ReleaseBodies bool
 }
 

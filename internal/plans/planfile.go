@@ -25,7 +25,7 @@ const recordVersion = 1
 func WriteFile(path string, p *Plan) error {
 	payload, err := storedJSON(p)
 	if err != nil {
-		return fmt.Errorf("write plan %s: encode sysbox-plan record: %w", path, err)
+		return fmt.Errorf("write plan %s: encode %s record: %w", path, RecordKind, err)
 	}
 	b := make([]byte, 0, len(payload)+len(RecordKind)+200)
 	b = durable.AppendRecordJSON(b, RecordKind, recordVersion, payload)
