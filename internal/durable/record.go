@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -64,7 +65,9 @@ func encodeEnvelope(kind string, version int, seq uint64, payload any) ([]byte, 
 // envelope again). When payload is json.Marshal's encoding of a value (compact, HTML
 // characters escaped), the record is the one EncodeRecord makes of that value; invalid JSON
 // makes a record that DecodeRecord rejects as corrupt.
+// dst grows once, to hold the record and a newline after it (as files of records end lines).
 func AppendRecordJSON(dst []byte, kind string, version int, payload []byte) []byte {
+	dst = slices.Grow(dst, len(payload)+len(kind)+envelopeOverhead+1)
 	return appendEnvelope(dst, kind, version, 0, payload)
 }
 

@@ -27,8 +27,7 @@ func WriteFile(path string, p *Plan) error {
 	if err != nil {
 		return fmt.Errorf("write plan %s: encode %s record: %w", path, RecordKind, err)
 	}
-	b := make([]byte, 0, len(payload)+len(RecordKind)+200)
-	b = durable.AppendRecordJSON(b, RecordKind, recordVersion, payload)
+	b := durable.AppendRecordJSON(nil, RecordKind, recordVersion, payload)
 	if err := durable.WriteFile(path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write plan %s: %w", path, err)
 	}
