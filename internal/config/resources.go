@@ -789,8 +789,15 @@ func scanValue(v cty.Value) (marked bool, unknownAt cty.Path, hasUnknown bool) {
 	return marked, unknownAt, hasUnknown
 }
 
-// metaArgs are a resource body's meta-arguments, hidden from its schema.
-var metaArgs = map[string]bool{"count": true, "for_each": true, "depends_on": true, "provider": true}
+// metaArgs are a resource body's meta-arguments (resourceMeta's attributes), hidden from its
+// schema.
+var metaArgs = func() map[string]bool {
+	m := map[string]bool{}
+	for _, a := range resourceMeta.Attributes {
+		m[a.Name] = true
+	}
+	return m
+}()
 
 // bodyVariables lists the references of a native-syntax body (attributes and nested blocks,
 // recursively); other bodies go through hcldec.
