@@ -320,7 +320,7 @@ func (d *Driver) removeDirIfEmpty(topology string) error {
 		return err
 	}
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), ".tmp-") {
+		if !isRecordTemp(e.Name()) {
 			return nil
 		}
 	}
@@ -333,6 +333,15 @@ func (d *Driver) removeDirIfEmpty(topology string) error {
 		return fmt.Errorf("remove empty overlay directory: %w", err)
 	}
 	return nil
+}
+
+// isRecordTemp reports whether name is the temporary file of a durable write of one of the
+// driver's own records (owner or start record) — the only files this driver writes that way in
+// an overlay directory. Anything else (an overlay, a console log, a stranger's file) keeps the
+// directory.
+func isRecordTemp(name string) bool {
+	target, ok := durable.TempTarget(name)
+	return ok && (strings.HasSuffix(target, ".owner") || strings.HasSuffix(target, ".start"))
 }
 
 func (d *Driver) removeOverlay(overlay string) error {

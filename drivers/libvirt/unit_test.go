@@ -485,3 +485,50 @@ func TestAgentConnectEventEndsTheWait(t *testing.T) {
 		t.Errorf("%d event subscriptions after the wait, want 0", n)
 	}
 }
+
+func TestIsRecordTemp(t *testing.T) {
+	for name, want := range map[string]bool{
+		".n1-g1.owner.tmp-123": true,  // durable write of an owner record, killed before its rename
+		".n1-g1.start.tmp-9":   true,  // of a start record
+		".n1-g1.qcow2.tmp-123": false, // not a record this driver writes durably
+		".n1-g1.owner.tmp-":    false, // no digits: not durable's name
+		".n1-g1.owner.tmp-12x": false,
+		"n1-g1.owner.tmp-123":  false, // no leading dot
+		".tmp-123":             false,
+		"n1-g1.owner":          false,
+	} {
+		if got := isRecordTemp(name); got != want {
+			t.Errorf("isRecordTemp(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestRemoveDirIfEmptyKeepsStrangers(t *testing.T) {
+	d, _ := fakeDriver(t)
+	dir := d.overlayDir("lab")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stranger := filepath.Join(dir, ".notes.tmp-1") // dot and ".tmp-", but no record of ours
+	if err := os.WriteFile(stranger, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".n1-g1.owner.tmp-7"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.removeDirIfEmpty("lab"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stranger); err != nil {
+		t.Fatalf("a stranger's file after removeDirIfEmpty: %v; it must stay, and its directory too", err)
+	}
+	if err := os.Remove(stranger); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.removeDirIfEmpty("lab"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("directory holding only a killed record write: %v, want removed", err)
+	}
+}
