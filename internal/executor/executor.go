@@ -340,6 +340,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 	}
 	r.aliasIx = r.buildAliases(actions)
 	failed := r.walk(ctx, actions, ops)
+	r.sv.hurry()
 	r.pending.Wait()
 	if len(failed) == 0 && r.fatal == nil {
 		failed = r.syncNeighbourHosts(ctx)

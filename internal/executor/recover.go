@@ -116,6 +116,7 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 		}
 	}
 	failed := r.walk(ctx, actions, ops)
+	r.sv.hurry()
 	r.pending.Wait()
 	rep.Ops = append(rep.Ops, outcomes(it.Ops, from)...)
 	rep.Serial = r.sv.serial()
