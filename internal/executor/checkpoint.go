@@ -85,29 +85,6 @@ type OpState struct {
 
 	written bool      // at least one record of this operation is durable
 	started time.Time // when this process started working on it (progress only)
-	// desired is Action's JSON, encoded by the operation's first record and reused by the
-	// others (Action never changes once the operation began).
-	desired json.RawMessage
-}
-
-// opStateFields is OpState without its methods (for MarshalJSON).
-type opStateFields OpState
-
-// MarshalJSON encodes o with its Action's cached encoding when there is one (see desired).
-// The fields are those of OpState; "desired" comes last.
-func (o *OpState) MarshalJSON() ([]byte, error) {
-	desired := o.desired
-	if desired == nil {
-		b, err := json.Marshal(&o.Action)
-		if err != nil {
-			return nil, err
-		}
-		desired = b
-	}
-	return json.Marshal(struct {
-		*opStateFields
-		Action json.RawMessage `json:"desired"`
-	}{(*opStateFields)(o), desired})
 }
 
 // syncedBefore reports whether a record of step is fsynced before the operation goes on. Every
@@ -232,13 +209,6 @@ func (l *Log) Stats() Stats { return l.dl.Stats() }
 // syncedBefore), it returns after the record is fsynced; a marker is written and returns at
 // once, durable with the log's next fsync.
 func (l *Log) Checkpoint(op *OpState) error {
-	if op.desired == nil {
-		b, err := json.Marshal(&op.Action)
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", op.Addr, err)
-		}
-		op.desired = b
-	}
 	c := *op
 	return l.write(record{Type: "op", Op: &c}, syncedBefore(op.Step))
 }

@@ -1,18 +1,12 @@
 package executor
 
 import (
-	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"zyvor.dev/sysbox/internal/plans"
-	"zyvor.dev/sysbox/pkg/substrate"
 
 	"zyvor.dev/sysbox/internal/executor/exectest"
 	"zyvor.dev/sysbox/internal/executor/failpoint"
@@ -196,61 +190,5 @@ func TestProgressMarkersUnsynced(t *testing.T) {
 	// +1: the run header (the end record comes after the count).
 	if c.Records != uint64(len(steps))+1 || c.Unsynced != markers || c.Syncs != c.Records-c.Unsynced {
 		t.Fatalf("checkpoint stats %+v for %d operation records (%d markers): want every record but the markers fsynced on its own", c, len(steps), markers)
-	}
-}
-
-// TestOpStateJSONCachedDesired: an operation's record encodes its desired Action from the
-// encoding cached by its first record, and decodes to the same OpState as without the cache.
-func TestOpStateJSONCachedDesired(t *testing.T) {
-	desired := topology(1, 1, false)
-	op := &OpState{Addr: desired[2].Addr.String(), Op: plans.Create, Step: StepCreated, Fingerprint: "fp",
-		Action: desired[2], Owner: substrate.Owner{Topology: "L", Address: desired[2].Addr.String(), Type: "sysbox_node", Generation: 1}}
-	plain, err := json.Marshal((*opStateFields)(op)) // the encoding without MarshalJSON
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	l, err := CreateLog(dir, RunHeader{Run: "r1", Lineage: "L"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Checkpoint(op); err != nil {
-		t.Fatal(err)
-	}
-	if op.desired == nil {
-		t.Fatal("the first record did not keep the Action's encoding")
-	}
-	op.desired = json.RawMessage(`{"marker":"cached"}`) // the next record must use the cache
-	cached, err := json.Marshal(op)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(cached, []byte(`"desired":{"marker":"cached"}`)) {
-		t.Fatalf("record does not use the cached Action encoding: %s", cached)
-	}
-	op.desired = nil
-	fresh, err := json.Marshal(op)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var a, b OpState
-	if err := json.Unmarshal(plain, &a); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(fresh, &b); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("decoded records differ:\n%s\n%s", plain, fresh)
-	}
-	l.Close()
-	it, err := ReadLog(dir)
-	if err != nil || len(it.Ops) != 1 {
-		t.Fatalf("read back: %v, %d ops", err, len(it.Ops))
-	}
-	got := it.Ops[0]
-	got.written, got.desired = false, nil
-	if !reflect.DeepEqual(*got, b) {
-		t.Fatalf("read back %+v, want %+v", *got, b)
 	}
 }
