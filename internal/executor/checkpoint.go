@@ -87,21 +87,29 @@ type OpState struct {
 	started time.Time // when this process started working on it (progress only)
 }
 
-// syncedBefore reports whether a record of step is fsynced before the operation goes on. Every
-// step's record is, except these progress markers, which are written (write(2): a killed
-// process keeps them) and made durable by the next fsync of the log (any operation's next
-// record that is synced, or the run's end); a power loss may lose them, and recovery then
-// redoes what they marked, idempotently (see the package documentation):
+// syncedBefore reports whether op's record of its current step is fsynced before the operation
+// goes on. Every record is, except these progress markers, which are written (write(2): a
+// killed process keeps them) and made durable by the next fsync of the log (any operation's
+// next record that is synced, or the run's end); a power loss may lose them, and recovery then
+// redoes what they marked, idempotently (see the package documentation). Since the log is
+// always a prefix of what was written, a lost marker never hides a step of another operation
+// that was guarded by a synced record written after it.
 //   - StepWired: ConfigureGuestNetwork ran. Recovery from StepAttached configures again
 //     (idempotent by contract) before anything that needs the guest network.
 //   - StepStarted: the node was started. Recovery starts every node it continues again
 //     (StartNode is idempotent and recovery never trusts this record).
+//   - StepDeleted of a delete (not of a replace, where it guards creating the new
+//     generation): only the state save and StepDone follow. Recovery from the step before
+//     deletes again, and "already gone" counts as done (as after a crash right after the
+//     deletion).
 //   - StepDone: written after the state save that includes the result, so state holds the
 //     object; recovery from the step before observes, adopts and saves it again.
-func syncedBefore(step Step) bool {
-	switch step {
+func syncedBefore(op *OpState) bool {
+	switch op.Step {
 	case StepWired, StepStarted, StepDone:
 		return false
+	case StepDeleted:
+		return op.Op != plans.Delete
 	}
 	return true
 }
@@ -210,7 +218,7 @@ func (l *Log) Stats() Stats { return l.dl.Stats() }
 // once, durable with the log's next fsync.
 func (l *Log) Checkpoint(op *OpState) error {
 	c := *op
-	return l.write(record{Type: "op", Op: &c}, syncedBefore(op.Step))
+	return l.write(record{Type: "op", Op: &c}, syncedBefore(op))
 }
 
 // write numbers, stamps and appends r (the payload keeps its own seq, as the format always

@@ -19,19 +19,20 @@
 //     the run header before any operation; begin before the first provider call (without it
 //     recovery would not know the operation, and what it made would leak); created (the
 //     handle) before attaching or wiring; attached (each attachment's state) before the next
-//     attachment or the guest configuration; detached and deleted before the next removal
-//     step and before a replace creates the new generation; applied, observed, provisioning
+//     attachment or the guest configuration; detached before the deletion; a replace's
+//     deleted before it creates the new generation; applied, observed, provisioning
 //     (before the first provisioner), provisioned, reapplied; baseline-verified; state-saved
 //     before a reset deletes the prior generation; prior-cleaned; failed; and the end record.
 //     Written (write(2): a killed process keeps them) but left to the next fsync, because
 //     they guard no step that recovery does not redo idempotently anyway: wired (recovery
 //     from attached configures the guest network again), started (recovery starts every node
-//     it continues again) and done (written after the state save that holds the result;
-//     recovery from the step before observes the object, adopts it and saves it again). A
-//     power loss loses at most the records after the log's last fsync — a suffix made only
-//     of such markers and of records whose worker had not been acknowledged, so had not taken
-//     the step they guard (TestPowerLossAtEveryRecord cuts the log back to its fsynced length
-//     at every record and recovers).
+//     it continues again), a delete's deleted (only its state save follows; recovery deletes
+//     again and "already gone" counts as done) and done (written after the state save that
+//     holds the result; recovery from the step before observes the object, adopts it and
+//     saves it again). A power loss loses at most the records after the log's last fsync — a
+//     suffix made only of such markers and of records whose worker had not been acknowledged,
+//     so had not taken the step they guard (TestPowerLossAtEveryRecord cuts the log back to
+//     its fsynced length at every record and recovers).
 //   - State is saved only by compare-and-swap on the serial; concurrent workers' changes are
 //     group-committed into one save the same way. An empty state is saved (serial 1) before the
 //     first provider call, so the lineage in every ownership marker is durable. Background

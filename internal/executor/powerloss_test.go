@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -157,38 +158,47 @@ func TestPowerLossAtEveryRecord(t *testing.T) {
 	}
 }
 
-// TestProgressMarkersUnsynced: of a sequential apply's records, exactly the progress markers
-// (each node's wired, started and done; every other operation's done) are left to the next
-// fsync, and every other record is fsynced before its operation goes on (one fsync each, as
-// nothing runs concurrently).
+// TestProgressMarkersUnsynced: of a sequential apply's and destroy's records, exactly the
+// progress markers (each node's wired, started and done, every other created object's done;
+// each deletion's deleted and done) are left to the next fsync, and every other record is
+// fsynced before its operation goes on (one fsync each, as nothing runs concurrently).
 func TestProgressMarkersUnsynced(t *testing.T) {
 	h := newHarness(t)
 	h.ex.Parallelism, h.ex.FixedParallelism = 1, true
-	var steps []Step
+	var recs []Record
 	var mu sync.Mutex
 	h.ex.Checkpointed = func(r Record) {
 		mu.Lock()
 		defer mu.Unlock()
 		if r.Type == "op" {
-			steps = append(steps, r.Step)
+			recs = append(recs, r)
 		}
+	}
+	check := func(what string, c Stats, wantMarkers uint64) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		var markers uint64
+		for _, r := range recs {
+			if !syncedBefore(&OpState{Op: r.Action, Step: r.Step}) {
+				markers++
+			}
+		}
+		if markers != wantMarkers {
+			t.Fatalf("%s: %d progress markers among records %+v, want %d", what, markers, recs, wantMarkers)
+		}
+		// +1: the run header (the end record comes after the count).
+		if c.Records != uint64(len(recs))+1 || c.Unsynced != markers || c.Syncs != c.Records-c.Unsynced {
+			t.Fatalf("%s: checkpoint stats %+v for %d operation records (%d markers): want every record but the markers fsynced on its own", what, c, len(recs), markers)
+		}
+		recs = nil
 	}
 	const nodes = 3
 	res := h.mustApply(topology(1, nodes, false)) // an artifact, a network, 3 nodes
-	mu.Lock()
-	defer mu.Unlock()
-	var markers uint64
-	for _, s := range steps {
-		if !syncedBefore(s) {
-			markers++
-		}
+	check("apply", res.Checkpoint, 2+3*nodes)
+	dres, _, err := h.ex.Destroy(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if want := uint64(2 + 3*nodes); markers != want {
-		t.Fatalf("%d progress markers among steps %v, want %d", markers, steps, want)
-	}
-	c := res.Checkpoint
-	// +1: the run header (the end record comes after the count).
-	if c.Records != uint64(len(steps))+1 || c.Unsynced != markers || c.Syncs != c.Records-c.Unsynced {
-		t.Fatalf("checkpoint stats %+v for %d operation records (%d markers): want every record but the markers fsynced on its own", c, len(steps), markers)
-	}
+	check("destroy", dres.Checkpoint, 2*(2+nodes))
 }
