@@ -10,6 +10,10 @@
 //     first and rejects unknown ones, and reports a torn or corrupt record instead of trusting it.
 //   - Log.Append returns only after the record is on disk (fsync): a step is acknowledged only once
 //     its record is durable. Concurrent appends are group-committed (one write+fsync per batch).
+//     Log.AppendSeqNoSync writes a record without waiting for an fsync; the next fsync makes it
+//     durable. A log is always a prefix of what was appended: a power loss may lose records
+//     appended after the last fsync (unsynced ones, and waiting ones never acknowledged), never
+//     one before it.
 //   - A log has one repair rule (Open applies it, Read reports it): only an incomplete final
 //     record (no trailing newline) may be cut, and the cut is reported; a complete record that
 //     fails its checksum, even the last one, and a record numbered out of sequence are

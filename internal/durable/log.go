@@ -34,12 +34,15 @@ type Log struct {
 	seq      uint64 // last sequence number assigned
 	numbered bool   // records carry their sequence number (not for OpenLog)
 	queue    [][]byte
+	waiters  int    // appenders waiting for a record in queue to be durable
 	next     uint64 // id of the batch being filled
 	done     uint64 // id of the last batch made durable
 	flushing bool
 	err      error // sticky
+	size     int64 // bytes written (valid records)
+	synced   int64 // bytes known durable: size at the last successful fsync
 
-	syncs, records uint64
+	syncs, records, unsynced uint64
 }
 
 // Record is one record as a reader sees it.
@@ -58,8 +61,9 @@ type Replay struct {
 	Cut int64
 }
 
-// LogStats counts a log's records and fsyncs since it was opened (for benchmarks).
-type LogStats struct{ Records, Syncs uint64 }
+// LogStats counts a log's records and fsyncs since it was opened (for benchmarks). Unsynced
+// counts the records among Records appended by AppendSeqNoSync (not waited for).
+type LogStats struct{ Records, Syncs, Unsynced uint64 }
 
 // LogInfo describes what ReadLog found.
 type LogInfo struct {
@@ -79,7 +83,7 @@ func Create(path string) (*Log, error) {
 		f.Close()
 		return nil, fmt.Errorf("create log %s: %w", path, err)
 	}
-	return newLog(path, f, 0, true), nil
+	return newLog(path, f, 0, 0, true), nil
 }
 
 // Open reads the existing log at path like Read, delivering each record to fn (may be nil),
@@ -106,7 +110,7 @@ func Open(path, kind string, maxVersion int, fn func(Record) error) (*Log, Repla
 		f.Close()
 		return nil, rep, err
 	}
-	return newLog(path, f, rep.LastSeq, true), rep, nil
+	return newLog(path, f, rep.LastSeq, rep.Size, true), rep, nil
 }
 
 // Read reads the log at path without changing it, delivering each record to fn (may be nil).
@@ -152,8 +156,9 @@ func scan(f io.Reader, path, kind string, maxVersion int, fn func(Record) error)
 	}
 }
 
-func newLog(path string, f *os.File, seq uint64, numbered bool) *Log {
-	l := &Log{path: path, f: f, seq: seq, numbered: numbered, next: 1}
+// newLog returns the log of f, whose first size bytes are valid records already durable.
+func newLog(path string, f *os.File, seq uint64, size int64, numbered bool) *Log {
+	l := &Log{path: path, f: f, seq: seq, numbered: numbered, next: 1, size: size, synced: size}
 	l.cond = sync.NewCond(&l.mu)
 	return l
 }
@@ -178,14 +183,20 @@ func OpenLog(path string) (*Log, error) {
 			f.Close()
 			return nil, err
 		}
-	} else if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	if fi.Size() > 0 {
 		last := make([]byte, 1)
 		if _, err := f.ReadAt(last, fi.Size()-1); err != nil || last[0] != '\n' {
 			f.Close()
 			return nil, fmt.Errorf("open log %s: %w: torn tail (last record unterminated)", path, ErrCorrupt)
 		}
 	}
-	return newLog(path, f, 0, false), nil
+	return newLog(path, f, 0, fi.Size(), false), nil
 }
 
 // ReadLog reads every record of path, checking each one, and calls fn with each payload in
@@ -230,6 +241,21 @@ func (l *Log) Append(kind string, version int, payload any) error {
 // AppendSeq adds the record build returns for the next sequence number and returns once it is
 // fsynced: only then is it acknowledged. build runs under the log's lock, in sequence order.
 func (l *Log) AppendSeq(kind string, version int, build func(seq uint64) any) error {
+	return l.appendSeq(kind, version, build, true)
+}
+
+// AppendSeqNoSync adds the record build returns like AppendSeq, in the same sequence, but does
+// not wait for it to be durable: it is written (write(2), so a process killed afterwards keeps
+// it) at once, or with the batch after the fsync in flight, and becomes durable with the next
+// fsync of the log (the next AppendSeq, whoever calls it). A power loss before that may lose
+// it, together with every later record: the log is always a prefix of what was appended. Use
+// it only for a record whose loss the reader tolerates — one that guards no step taken before
+// the next durable record. An error is a write error (sticky, as for AppendSeq).
+func (l *Log) AppendSeqNoSync(kind string, version int, build func(seq uint64) any) error {
+	return l.appendSeq(kind, version, build, false)
+}
+
+func (l *Log) appendSeq(kind string, version int, build func(seq uint64) any, wait bool) error {
 	l.mu.Lock()
 	if l.err != nil {
 		err := l.err
@@ -247,52 +273,103 @@ func (l *Log) AppendSeq(kind string, version int, build func(seq uint64) any) er
 		return fmt.Errorf("append %s: %w", l.path, err)
 	}
 	l.seq = seq
-	l.queue = append(l.queue, append(b, '\n'))
+	b = append(b, '\n')
+	if !wait {
+		l.unsynced++
+		if l.flushing || len(l.queue) > 0 {
+			// Goes out after the batch in flight, in sequence (see flush).
+			l.queue = append(l.queue, b)
+		} else {
+			// Nobody else writes while nothing is flushing: write it now, under the lock.
+			l.writeLocked([][]byte{b})
+		}
+		err = l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.queue = append(l.queue, b)
+	l.waiters++
 	my := l.next
 	for l.done < my && l.err == nil {
 		if l.flushing {
 			l.cond.Wait()
 			continue
 		}
-		l.flushing = true
-		batch, id := l.queue, l.next
-		l.queue = nil
-		l.next++
-		l.mu.Unlock()
-		werr := writeSync(l.f, batch)
-		l.mu.Lock()
-		l.flushing = false
-		if werr != nil {
-			l.err = fmt.Errorf("append %s: %w", l.path, werr)
-		} else {
-			l.done = id
-			l.syncs++
-			l.records += uint64(len(batch))
-		}
-		l.cond.Broadcast()
+		l.flush()
 	}
 	err = l.err
 	l.mu.Unlock()
 	return err
 }
 
-func writeSync(f *os.File, batch [][]byte) error {
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+// flush writes and fsyncs the queued batch (called with the lock held and nothing flushing; it
+// releases the lock during the I/O). Records appended without waiting that arrive meanwhile
+// and are not followed by a waiting one are written (not synced) before it returns, so that
+// no record stays in memory once its appender has returned and the flush is over.
+func (l *Log) flush() {
+	l.flushing = true
+	batch, id, base := l.queue, l.next, l.size
+	l.queue, l.waiters = nil, 0
+	l.next++
+	l.mu.Unlock()
+	n, werr := writeSync(l.f, base, batch)
+	l.mu.Lock()
+	if werr != nil {
+		l.err = fmt.Errorf("append %s: %w", l.path, werr)
+	} else {
+		l.size += n
+		l.synced = l.size
+		l.done = id
+		l.syncs++
+		l.records += uint64(len(batch))
 	}
-	if _, err := f.Write(bytes.Join(batch, nil)); err != nil {
+	if len(l.queue) > 0 && l.waiters == 0 && l.err == nil {
+		q := l.queue
+		l.queue = nil
+		l.writeLocked(q)
+		// l.next stays: the records written belong to no batch anyone waits for.
+	}
+	l.flushing = false
+	l.cond.Broadcast()
+}
+
+// writeLocked writes records without fsync, with the lock held (nothing is flushing).
+func (l *Log) writeLocked(batch [][]byte) {
+	n, err := writeAt(l.f, l.size, batch)
+	if err != nil {
+		l.err = fmt.Errorf("append %s: %w", l.path, err)
+		return
+	}
+	l.size += n
+	l.records += uint64(len(batch))
+}
+
+// writeAt writes batch at the end of f, whose valid length is size; a short write is cut back.
+func writeAt(f *os.File, size int64, batch [][]byte) (int64, error) {
+	b := batch[0]
+	if len(batch) > 1 {
+		b = bytes.Join(batch, nil)
+	}
+	if _, err := f.Write(b); err != nil {
 		// A full disk cuts a write short: take the partial record back off, or the next reader
 		// finds a torn tail where no record was acknowledged.
-		if terr := cutBack(f, fi.Size()); terr != nil {
-			return fmt.Errorf("%w (and removing the partly written record: %v)", err, terr)
+		if terr := cutBack(f, size); terr != nil {
+			return 0, fmt.Errorf("%w (and removing the partly written record: %v)", err, terr)
 		}
-		return err
+		return 0, err
+	}
+	return int64(len(b)), nil
+}
+
+func writeSync(f *os.File, size int64, batch [][]byte) (int64, error) {
+	n, err := writeAt(f, size, batch)
+	if err != nil {
+		return 0, err
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync: %w", err)
+		return 0, fmt.Errorf("fsync: %w", err)
 	}
-	return nil
+	return n, nil
 }
 
 // cutBack truncates f to size and syncs it, leaving the offset at the end for the next write.
@@ -313,16 +390,39 @@ func (l *Log) Path() string { return l.path }
 func (l *Log) Stats() LogStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return LogStats{Records: l.records, Syncs: l.syncs}
+	return LogStats{Records: l.records, Syncs: l.syncs, Unsynced: l.unsynced}
 }
 
-// Close closes the log.
+// Durable runs fn with the byte length of the log's durable prefix (as of its last completed
+// fsync) while no append can be acknowledged: what a power loss at this instant may leave of
+// the file (a test cuts the file back to it to simulate one).
+func (l *Log) Durable(fn func(size int64)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fn(l.synced)
+}
+
+// Close closes the log, first writing (not syncing) any record still queued.
 func (l *Log) Close() error {
-	if l == nil || l.f == nil {
+	if l == nil {
 		return nil
+	}
+	l.mu.Lock()
+	for l.flushing {
+		l.cond.Wait()
+	}
+	if l.f == nil {
+		l.mu.Unlock()
+		return nil
+	}
+	if len(l.queue) > 0 && l.err == nil {
+		q := l.queue
+		l.queue = nil
+		l.writeLocked(q)
 	}
 	err := l.f.Close()
 	l.f = nil
+	l.mu.Unlock()
 	return err
 }
 

@@ -87,6 +87,33 @@ type OpState struct {
 	started time.Time // when this process started working on it (progress only)
 }
 
+// syncedBefore reports whether op's record of its current step is fsynced before the operation
+// goes on. Every record is, except these progress markers, which are written (write(2): a
+// killed process keeps them) and made durable by the next fsync of the log (any operation's
+// next record that is synced, or the run's end); a power loss may lose them, and recovery then
+// redoes what they marked, idempotently (see the package documentation). Since the log is
+// always a prefix of what was written, a lost marker never hides a step of another operation
+// that was guarded by a synced record written after it.
+//   - StepWired: ConfigureGuestNetwork ran. Recovery from StepAttached configures again
+//     (idempotent by contract) before anything that needs the guest network.
+//   - StepStarted: the node was started. Recovery starts every node it continues again
+//     (StartNode is idempotent and recovery never trusts this record).
+//   - StepDeleted of a delete (not of a replace, where it guards creating the new
+//     generation): only the state save and StepDone follow. Recovery from the step before
+//     deletes again, and "already gone" counts as done (as after a crash right after the
+//     deletion).
+//   - StepDone: written after the state save that includes the result, so state holds the
+//     object; recovery from the step before observes, adopts and saves it again.
+func syncedBefore(op *OpState) bool {
+	switch op.Step {
+	case StepWired, StepStarted, StepDone:
+		return false
+	case StepDeleted:
+		return op.Op != plans.Delete
+	}
+	return true
+}
+
 // PriorObject is the existing object an operation removes.
 type PriorObject struct {
 	Owner       substrate.Owner             `json:"owner"`
@@ -163,7 +190,7 @@ func createLog(dir string, h RunHeader, after func(point string), notify func(Re
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	l := &Log{dl: dl, after: after, notify: notify}
-	if err := l.write(record{Type: "run", Header: &h}); err != nil {
+	if err := l.write(record{Type: "run", Header: &h}, true); err != nil {
 		dl.Close()
 		return nil, err
 	}
@@ -186,20 +213,28 @@ func (l *Log) Path() string { return l.dl.Path() }
 // Stats returns counters.
 func (l *Log) Stats() Stats { return l.dl.Stats() }
 
-// Checkpoint durably records op (a copy is taken). It returns after the record is fsynced.
+// Checkpoint records op (a copy is taken). Unless op's step is a progress marker (see
+// syncedBefore), it returns after the record is fsynced; a marker is written and returns at
+// once, durable with the log's next fsync.
 func (l *Log) Checkpoint(op *OpState) error {
 	c := *op
-	return l.write(record{Type: "op", Op: &c})
+	return l.write(record{Type: "op", Op: &c}, syncedBefore(op))
 }
 
-// write numbers, stamps and durably appends r (the payload keeps its own seq, as the format
-// always had).
-func (l *Log) write(r record) error {
-	err := l.dl.AppendSeq(checkpointKind, checkpointVersion, func(seq uint64) any {
+// write numbers, stamps and appends r (the payload keeps its own seq, as the format always
+// had), durably when sync.
+func (l *Log) write(r record, sync bool) error {
+	build := func(seq uint64) any {
 		r.Seq = seq
 		r.At = time.Now().UTC()
 		return r
-	})
+	}
+	var err error
+	if sync {
+		err = l.dl.AppendSeq(checkpointKind, checkpointVersion, build)
+	} else {
+		err = l.dl.AppendSeqNoSync(checkpointKind, checkpointVersion, build)
+	}
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -214,7 +249,7 @@ func (l *Log) write(r record) error {
 
 // Finish records the end of the run and removes the log: nothing is left to recover.
 func (l *Log) Finish() error {
-	if err := l.write(record{Type: "end"}); err != nil {
+	if err := l.write(record{Type: "end"}, true); err != nil {
 		return err
 	}
 	if err := l.dl.Close(); err != nil {

@@ -55,6 +55,9 @@ func crashHelper(dir, cmd string) int {
 	}
 	if fp != nil {
 		h.ex.AfterDurable = fp.Hit
+		if path := os.Getenv(envPowerLoss); path != "" {
+			powerLossTrace(h.ex, fp, path)
+		}
 	}
 	ctx := context.Background()
 	st, err := h.store.Read(ctx)

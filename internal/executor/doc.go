@@ -15,9 +15,33 @@
 //     on it. Concurrent workers' records are group-committed: one write+fsync for all records
 //     that arrived while the previous fsync was in flight; each worker returns only after its
 //     own record is durable.
+//   - Which record is fsynced before which step (syncedBefore). Fsynced, the worker waiting:
+//     the run header before any operation; begin before the first provider call (without it
+//     recovery would not know the operation, and what it made would leak); created (the
+//     handle) before attaching or wiring; attached (each attachment's state) before the next
+//     attachment or the guest configuration; detached before the deletion; a replace's
+//     deleted before it creates the new generation; applied, observed, provisioning
+//     (before the first provisioner), provisioned, reapplied; baseline-verified; state-saved
+//     before a reset deletes the prior generation; prior-cleaned; failed; and the end record.
+//     Written (write(2): a killed process keeps them) but left to the next fsync, because
+//     they guard no step that recovery does not redo idempotently anyway: wired (recovery
+//     from attached configures the guest network again), started (recovery starts every node
+//     it continues again), a delete's deleted (only its state save follows; recovery deletes
+//     again and "already gone" counts as done) and done (written after the state save that
+//     holds the result; recovery from the step before observes the object, adopts it and
+//     saves it again). A power loss loses at most the records after the log's last fsync — a
+//     suffix made only of such markers and of records whose worker had not been acknowledged,
+//     so had not taken the step they guard (TestPowerLossAtEveryRecord cuts the log back to
+//     its fsynced length at every record and recovers).
 //   - State is saved only by compare-and-swap on the serial; concurrent workers' changes are
 //     group-committed into one save the same way. An empty state is saved (serial 1) before the
-//     first provider call, so the lineage in every ownership marker is durable.
+//     first provider call, so the lineage in every ownership marker is durable. Background
+//     saves (an operation's result) are paced: after a save that took d the saver waits 9·d
+//     (at most 2 s), so saving the whole state takes about a tenth of the run, not O(N) per
+//     operation; a caller that must wait (commit: reset, degraded nodes, outputs) and the end
+//     of the walk cut the pause short. Nothing in the walk waits for a background save: an
+//     operation's dependents start when it returns, only its done record and progress event
+//     wait.
 //   - A checkpoint never holds secret plaintext: desired specs hold secret references; the
 //     plaintext is produced by Executor.Resolve right before the provider call and goes only
 //     into that call's arguments (substrate.NodeSpec.Environment is not serializable).

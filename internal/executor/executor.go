@@ -46,17 +46,22 @@ type Executor struct {
 	// Now returns the current time (UTC); nil means time.Now.
 	Now func() time.Time
 	// AfterDurable, when set, is called with PointCheckpoint right after each checkpoint
-	// record is durable (the run header counts as the first), with PointState right after
+	// record is durable (the run header counts as the first; a progress marker that is not
+	// fsynced, see syncedBefore, right after it is written), with PointState right after
 	// each state save and with PointProvisioner right after each provisioner returned. Crash tests kill the process there; nothing else should set it.
 	AfterDurable func(point string)
 	// Checkpointed, when set, receives a summary of each checkpoint record (the run header
-	// and end too) right after it is durable, from the worker that wrote it: concurrent
+	// and end too) right after it is durable (a progress marker: written), from the worker that wrote it: concurrent
 	// workers call it concurrently, not necessarily in Seq order. An agent streams them to the
 	// control plane's web view.
 	Checkpointed func(Record)
 	// Resources knows each resource type's kind (the handler registry); resources found only
 	// in state (destroy, refresh, orphans) are operated by it.
 	Resources Resources
+
+	// logOpened, when set (tests), is told of each checkpoint log a run writes, after its first
+	// record.
+	logOpened func(*Log)
 }
 
 // kindOf returns the kind of addr's resource type ("" when unknown or without Resources).
@@ -321,6 +326,9 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 	if err != nil {
 		return res, err
 	}
+	if e.logOpened != nil {
+		e.logOpened(log)
+	}
 	r := &run{e: e, log: log, sv: sv, lineage: s.st.Lineage, fingerprint: fingerprint}
 	ops := make([]*OpState, len(actions))
 	for i := range actions {
@@ -332,6 +340,7 @@ func (e *Executor) execute(ctx context.Context, s *session, command, fingerprint
 	}
 	r.aliasIx = r.buildAliases(actions)
 	failed := r.walk(ctx, actions, ops)
+	r.sv.hurry()
 	r.pending.Wait()
 	if len(failed) == 0 && r.fatal == nil {
 		failed = r.syncNeighbourHosts(ctx)

@@ -101,6 +101,9 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 		return rep, err
 	}
 	log.notify = e.Checkpointed
+	if e.logOpened != nil {
+		e.logOpened(log)
+	}
 	r := &run{e: e, log: log, sv: newSaver(e.State, s.st, e.now, e.AfterDurable), lineage: h.Lineage, fingerprint: h.Fingerprint, recovering: true}
 	actions := make([]Action, len(it.Ops))
 	ops := make([]*OpState, len(it.Ops))
@@ -113,6 +116,7 @@ func (e *Executor) recoverLocked(ctx context.Context, s *session, it *Interrupte
 		}
 	}
 	failed := r.walk(ctx, actions, ops)
+	r.sv.hurry()
 	r.pending.Wait()
 	rep.Ops = append(rep.Ops, outcomes(it.Ops, from)...)
 	rep.Serial = r.sv.serial()

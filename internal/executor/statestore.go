@@ -43,10 +43,15 @@ type saver struct {
 	err      error // sticky
 	saves    int
 	after    func(point string) // Executor.AfterDurable
-	// pause paces background saves: after a save that took d, the loop waits up to d before
-	// the next one (so that saving a large state takes at most about half the time and the
-	// batches grow), unless a synchronous commit is waiting.
-	pause chan struct{}
+	// pause paces background saves: after a save that took d, the loop waits savePause(d)
+	// before the next one, so that saving takes a bounded share of the run's time (a save
+	// writes the whole state: O(N) each, so unpaced saves over a run of N operations would be
+	// O(N²)) and each save takes in the changes of that whole pause. A synchronous commit
+	// waiting, or hurry, cuts the pause short (a token in pause).
+	pause   chan struct{}
+	hurried bool // hurry was called: no more pauses
+	// wait waits d or until cut has a token (tests replace it).
+	wait func(d time.Duration, cut <-chan struct{})
 	// enc keeps the encoding of unchanged resources from one save to the next, so a save
 	// encodes only what changed since the last (the document is still written whole).
 	enc *states.EncodeCache
@@ -59,7 +64,38 @@ type pendingSave struct {
 
 func newSaver(store StateStore, st *states.State, now func() time.Time, after func(point string)) *saver {
 	return &saver{store: store, st: st, stored: st.Serial, now: now, after: after, pause: make(chan struct{}, 1),
-		enc: states.NewEncodeCache()}
+		enc: states.NewEncodeCache(), wait: waitOrCut}
+}
+
+// Background saves are paced so that the saver spends at most about a tenth of the run saving:
+// after a save that took d it waits savePauseFactor·d, at most maxSavePause.
+const (
+	savePauseFactor = 9
+	maxSavePause    = 2 * time.Second
+)
+
+// savePause is how long the loop waits after a save that took d.
+func savePause(d time.Duration) time.Duration { return min(savePauseFactor*d, maxSavePause) }
+
+func waitOrCut(d time.Duration, cut <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-cut:
+	case <-t.C:
+	}
+}
+
+// hurry ends pacing: every change still to be saved is saved without pauses (the run's walk is
+// over and the run waits for its last saves).
+func (s *saver) hurry() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hurried = true
+	select {
+	case s.pause <- struct{}{}:
+	default:
+	}
 }
 
 // view runs fn with the working state under the lock (fn must not keep references).
@@ -153,13 +189,14 @@ func (s *saver) loop(ctx context.Context) {
 		for _, fn := range ready {
 			go fn(e)
 		}
-		if e == nil && took > 5*time.Millisecond {
-			select {
-			case <-s.pause:
-			case <-time.After(min(took, time.Second)):
-			}
-		}
 		s.mu.Lock()
+		if e == nil && !s.hurried {
+			// Wait (the loop stays the saver: changes made meanwhile wait for it), taking in
+			// more changes, unless someone waits for them.
+			s.mu.Unlock()
+			s.wait(savePause(took), s.pause)
+			s.mu.Lock()
+		}
 	}
 	s.saving = false
 	s.mu.Unlock()
