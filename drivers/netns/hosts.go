@@ -101,7 +101,7 @@ type fileID struct {
 func statID(path string) (fileID, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		return fileID{}, &os.PathError{Op: "stat", Path: path, Err: err}
+		return fileID{}, fmt.Errorf("%s: %w", path, err) // errors.Is(err, os.ErrNotExist) holds for ENOENT
 	}
 	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
 }

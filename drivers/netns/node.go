@@ -95,18 +95,26 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	// adopted namespace's: one this call created has the one written above).
 	if create {
 		d.fresh.Store(freshKey(name, ino), true)
-		var st unix.Stat_t
-		if conn.NH != nil && conn.Fd.IsOpen() && unix.Fstat(int(conn.Fd), &st) == nil && st.Ino == ino {
-			d.conns.put(name, ino, conn)
-			d.noteWired(name, ino, "", nil) // markThisNs brought lo up
-			keep = true
-		}
+		keep = d.keepCreated(name, ino, conn)
 	} else if old, err := d.readSidecar(name); err != nil || old.Marker != spec.Owner.Marker() || (old.NsInode != 0 && old.NsInode != ino) {
 		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, NsInode: ino, HasCommand: len(spec.Command) > 0}); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
 	}
 	return substrate.Handle{Driver: Name, ExternalID: name, Private: encode(private{Kind: kindNode, Netns: name, NsInode: ino})}, nil
+}
+
+// keepCreated caches conn, the creation thread's descriptor and socket of the namespace just
+// mounted at name's path with inode ino, if it is that namespace (conns.go); markThisNs
+// brought its loopback up.
+func (d *Driver) keepCreated(name string, ino uint64, conn linuxnet.NodeConn) bool {
+	var st unix.Stat_t
+	if conn.NH == nil || !conn.Fd.IsOpen() || unix.Fstat(int(conn.Fd), &st) != nil || st.Ino != ino {
+		return false
+	}
+	d.conns.put(name, ino, conn)
+	d.noteWired(name, ino, "", nil)
+	return true
 }
 
 // initNs marks a namespace a killed run created but did not mark (markThisNs).
