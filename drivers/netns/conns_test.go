@@ -14,6 +14,7 @@ import (
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
+	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
 
@@ -325,5 +326,106 @@ func TestKernelCreatedNamespaceConnIsTheNamespace(t *testing.T) {
 	var hst unix.Stat_t
 	if err := unix.Fstat(int(host), &hst); err != nil || hst.Ino == ino {
 		t.Fatalf("process namespace net:[%d] (%v) is the node's", hst.Ino, err)
+	}
+}
+
+// TestSidecarAppendSurvivesTornTails (unit): an update appends to the sidecar; an earlier
+// version's sidecar (one record, no newline) is read and appended to; a torn append (a cut
+// record, or the zeros a power loss can leave past the last synced byte) is skipped by readers,
+// which get the record before it, and cut off by the next append; a damaged whole record is an
+// error, never skipped.
+func TestSidecarAppendSurvivesTornTails(t *testing.T) {
+	d := &Driver{StateDir: t.TempDir()}
+	first := sidecar{Marker: "m", Netns: "sb-x-g1", HasCommand: true}
+	started := first
+	started.NsInode, started.Pid, started.StartTime = 7, 42, 99
+	rec := func(s sidecar) []byte {
+		b, err := durable.EncodeRecord(sidecarKind, 1, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	path := d.sidecarPath(first.Netns)
+	read := func() sidecar {
+		t.Helper()
+		s, err := d.readSidecar(first.Netns)
+		if err != nil {
+			t.Fatalf("readSidecar: %v", err)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		file []byte
+	}{
+		{"earlier version, no newline", rec(first)},
+		{"this version", append(rec(first), '\n')},
+		{"torn append", append(append(rec(first), '\n'), rec(started)[:40]...)},
+		{"zeros past the synced end", append(append(rec(first), '\n'), make([]byte, 300)...)},
+	} {
+		if err := os.WriteFile(path, tc.file, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(); got != first {
+			t.Errorf("%s: read %+v, want the first record", tc.name, got)
+		}
+		if err := d.appendSidecar(started); err != nil {
+			t.Fatalf("%s: appendSidecar: %v", tc.name, err)
+		}
+		if got := read(); got != started {
+			t.Errorf("%s: after append read %+v, want %+v", tc.name, got, started)
+		}
+		b, _ := os.ReadFile(path)
+		if want := string(rec(first)) + "\n" + string(rec(started)) + "\n"; string(b) != want {
+			t.Errorf("%s: file after append:\n%q\nwant\n%q", tc.name, b, want)
+		}
+	}
+	bad := append(append(rec(first)[:30], '\n'), append(rec(started), '\n')...)
+	if err := os.WriteFile(path, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := d.readSidecar(first.Netns); err == nil {
+		t.Errorf("damaged whole record skipped: read %+v", s)
+	}
+}
+
+// TestKernelStartNodeAppendsToTheSidecar (kernel tier): starting a node updates its sidecar in
+// place (the file CreateNode wrote, same inode: no temporary file, no rename), and the record
+// read back names the running main process.
+func TestKernelStartNodeAppendsToTheSidecar(t *testing.T) {
+	l := newLab(t)
+	ctx := context.Background()
+	o := l.owner("sysbox_node", "sysbox_node.a")
+	spec := substrate.NodeSpec{Owner: o, Driver: Name, Command: []string{l.busybox, "sleep", "3600"}}
+	h, err := l.d.CreateNode(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.destroy([]*testNode{{h: h, owner: o}})
+	path := l.d.sidecarPath(h.ExternalID)
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.d.StartNode(ctx, h, spec); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("StartNode replaced the sidecar file instead of appending to it")
+	}
+	sc, err := l.d.readSidecar(h.ExternalID)
+	if err != nil || sc.Pid == 0 || !processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
+		t.Fatalf("sidecar after start: %+v, %v; want the running main process", sc, err)
+	}
+	if err := l.d.StopNode(ctx, h, o); err != nil {
+		t.Fatal(err)
+	}
+	if sc, err := l.d.readSidecar(h.ExternalID); err != nil || !sc.Stopped {
+		t.Fatalf("sidecar after stop: %+v, %v; want stopped", sc, err)
 	}
 }

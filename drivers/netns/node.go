@@ -246,7 +246,7 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 		// fall through to start the process
 	} else if pid, start, ok := orphanMain(sc.NsInode, spec.Command); ok {
 		sc.Marker, sc.HasCommand, sc.Pid, sc.StartTime, sc.StartedAt, sc.Stopped = spec.Owner.Marker(), true, pid, start, time.Now().UTC(), false
-		if err := d.writeSidecar(sc); err != nil {
+		if err := d.appendSidecar(sc); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		return nil
@@ -271,7 +271,7 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 		return fmt.Errorf("%s: main process %d exited at once (see %s): %w", where, cmd.Process.Pid, d.logPath(name), err)
 	}
 	sc.Marker, sc.HasCommand, sc.Pid, sc.StartTime, sc.StartedAt, sc.Stopped = spec.Owner.Marker(), true, cmd.Process.Pid, start, time.Now().UTC(), false
-	if err := d.writeSidecar(sc); err != nil {
+	if err := d.appendSidecar(sc); err != nil {
 		_ = cmd.Process.Kill()
 		return fmt.Errorf("%s: %w", where, err)
 	}
@@ -387,7 +387,7 @@ func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substra
 		}
 	}
 	sc.Stopped = true
-	return d.writeSidecar(sc)
+	return d.appendSidecar(sc)
 }
 
 // DeleteNode checks the namespace's marker, kills every process inside it, deletes the host
