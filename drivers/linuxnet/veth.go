@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -31,6 +32,9 @@ type VethSpec struct {
 	// IntentDir, when set, holds intent records that let a re-run adopt (replace) a pair created
 	// by a process killed before it could mark it (see intent.go).
 	IntentDir string
+	// Conn, when set, is Netns already open (it must be the namespace at Netns.Path); else
+	// CreateVeth opens it for the call.
+	Conn *NodeConn
 }
 
 // Veth is a wired pair as created; drivers keep it in their private attachment envelope.
@@ -52,26 +56,31 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	if err != nil {
 		return Veth{}, err
 	}
-	br, err := netlink.LinkByName(spec.Bridge)
+	host, put, err := hostNetlink()
+	if err != nil {
+		return Veth{}, fmt.Errorf("%s: %w", where, err)
+	}
+	defer put()
+	br, err := host.LinkByName(spec.Bridge)
 	if err != nil {
 		return Veth{}, fmt.Errorf("%s: bridge %s: %w", where, spec.Bridge, err)
 	}
 	if br.Type() != "bridge" {
 		return Veth{}, fmt.Errorf("%s: %s is a %s, not a bridge", where, spec.Bridge, br.Type())
 	}
-	if err := removeLeftoverHostSide(spec, where); err != nil {
+	if err := removeLeftoverHostSide(host, spec, where); err != nil {
 		return Veth{}, err
 	}
-	ns, err := spec.Netns.Open()
-	if err != nil {
-		return Veth{}, fmt.Errorf("%s: %w", where, err)
+	conn := spec.Conn
+	if conn == nil {
+		c, err := spec.Netns.OpenConn()
+		if err != nil {
+			return Veth{}, fmt.Errorf("%s: %w", where, err)
+		}
+		defer c.Close()
+		conn = &c
 	}
-	defer ns.Close()
-	nh, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	if err != nil {
-		return Veth{}, fmt.Errorf("%s: netns %s: netlink: %w", where, spec.Netns, err)
-	}
-	defer nh.Close()
+	nh := conn.NH
 	if err := removeLeftoverNodeSide(nh, spec, where); err != nil {
 		return Veth{}, err
 	}
@@ -84,13 +93,13 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 		LinkAttrs:        netlink.LinkAttrs{Name: spec.HostName, MTU: mtu, TxQLen: -1},
 		PeerName:         spec.NodeName,
 		PeerHardwareAddr: spec.MAC,
-		PeerNamespace:    netlink.NsFd(int(ns)),
+		PeerNamespace:    netlink.NsFd(int(conn.Fd)),
 		PeerMTU:          uint32(mtu),
 	}
 	if err := writeIntent(spec.IntentDir, spec.HostName, spec.Owner); err != nil {
 		return Veth{}, fmt.Errorf("%s: %w", where, err)
 	}
-	if err := netlink.LinkAdd(v); err != nil {
+	if err := host.LinkAdd(v); err != nil {
 		clearIntent(spec.IntentDir, spec.HostName)
 		if errors.Is(err, unix.EEXIST) {
 			return Veth{}, fmt.Errorf("%s: create: name taken in host or node namespace: %w", where, err)
@@ -100,11 +109,11 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			_ = netlink.LinkDel(v)
+			_ = host.LinkDel(v)
 		}
 		clearIntent(spec.IntentDir, spec.HostName)
 	}()
-	peer, err := wireVeth(nh, v, br, spec, prefixes, where)
+	peer, err := wireVeth(host, nh, v, br, spec, prefixes, where)
 	if err != nil {
 		return Veth{}, err
 	}
@@ -136,8 +145,8 @@ func vethPrefixes(spec VethSpec, where string) ([]*netlink.Addr, error) {
 
 // removeLeftoverHostSide deletes a host-side link named spec.HostName that spec.Owner owns
 // (or that an interrupted create of spec.Owner left unmarked); another's is refused.
-func removeLeftoverHostSide(spec VethSpec, where string) error {
-	old, err := netlink.LinkByName(spec.HostName)
+func removeLeftoverHostSide(host *netlink.Handle, spec VethSpec, where string) error {
+	old, err := host.LinkByName(spec.HostName)
 	if err != nil {
 		if !isNotFound(err) {
 			return fmt.Errorf("%s: %w", where, err)
@@ -149,7 +158,7 @@ func removeLeftoverHostSide(spec VethSpec, where string) error {
 			return err
 		}
 	}
-	if err := netlink.LinkDel(old); err != nil && !isNotFound(err) {
+	if err := host.LinkDel(old); err != nil && !isNotFound(err) {
 		return fmt.Errorf("%s: remove leftover: %w", where, err)
 	}
 	return nil
@@ -173,16 +182,16 @@ func removeLeftoverNodeSide(nh *netlink.Handle, spec VethSpec, where string) err
 
 // wireVeth marks the new pair on both sides, turns IPv6 off on the host side, enslaves it to br
 // and brings it up, and addresses and brings up the node side, which it returns.
-func wireVeth(nh *netlink.Handle, v *netlink.Veth, br netlink.Link, spec VethSpec, prefixes []*netlink.Addr, where string) (netlink.Link, error) {
+func wireVeth(host, nh *netlink.Handle, v *netlink.Veth, br netlink.Link, spec VethSpec, prefixes []*netlink.Addr, where string) (netlink.Link, error) {
 	marker := spec.Owner.Marker()
-	if err := netlink.LinkSetAlias(v, marker); err != nil { // ignored on creation by the kernel
+	if err := host.LinkSetAlias(v, marker); err != nil { // ignored on creation by the kernel
 		return nil, fmt.Errorf("%s: mark: %w", where, err)
 	}
 	disablePortIPv6(spec.HostName)
-	if err := netlink.LinkSetMasterByIndex(v, br.Attrs().Index); err != nil {
+	if err := host.LinkSetMasterByIndex(v, br.Attrs().Index); err != nil {
 		return nil, fmt.Errorf("%s: enslave to %s: %w", where, spec.Bridge, err)
 	}
-	if err := netlink.LinkSetUp(v); err != nil {
+	if err := host.LinkSetUp(v); err != nil {
 		return nil, fmt.Errorf("%s: up: %w", where, err)
 	}
 	peer, err := nh.LinkByName(spec.NodeName)
@@ -210,9 +219,34 @@ func wireVeth(nh *netlink.Handle, v *netlink.Veth, br netlink.Link, spec VethSpe
 // ports against 1.5 ms with IPv6 off (1.9 ms at 100 ports with it on). Only a saving: where
 // the setting cannot be written (no IPv6, a read-only /proc/sys) the port keeps IPv6, as
 // before.
+//
+// The file is opened relative to a descriptor of the host's /proc/sys/net/ipv6/conf held for
+// the process (portConfDir), not by its full path: the lookup of "net" under /proc/sys compares
+// every namespace's "net" entry that has been looked up (one per node namespace whose sysctls
+// were touched), so a full path costs O(namespaces) per port.
 func disablePortIPv6(name string) {
+	if dir := portConfDir(); dir >= 0 {
+		fd, err := unix.Openat(dir, name+"/disable_ipv6", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			_, _ = unix.Write(fd, []byte("1\n"))
+			_ = unix.Close(fd)
+			return
+		}
+	}
 	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", []byte("1\n"), 0o644)
 }
+
+// portConfDir is a descriptor of the host namespace's /proc/sys/net/ipv6/conf, opened once (on
+// a thread in the host's namespace, like every call of this package outside Do), or -1 when it
+// cannot be opened (no IPv6). Links made later appear in it: sysctl directories are looked up
+// anew on each open.
+var portConfDir = sync.OnceValue(func() int {
+	fd, err := unix.Open("/proc/sys/net/ipv6/conf", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+})
 
 // ObserveVeth reports a pair: Absent when the host side or the namespace is gone (a veth pair
 // dies as one); Drifted when a marker, the bridge, the MAC, an address or the link state departs
@@ -382,6 +416,9 @@ type GuestInterface struct {
 	Name    string
 	IPv4    []string
 	Gateway string
+	// Wired says that the caller's own process set exactly IPv4 on the interface and brought it
+	// up (CreateVeth, moments before): only its gateway is left to configure.
+	Wired bool
 }
 
 // ConfigureGuest sets up networking inside ns after wiring: loopback up, every interface's
@@ -393,12 +430,24 @@ func ConfigureGuest(ctx context.Context, ns Netns, ifaces []GuestInterface, rout
 		return err
 	}
 	defer nh.Close()
-	if lo, err := nh.LinkByName("lo"); err == nil {
-		if err := nh.LinkSetUp(lo); err != nil {
-			return fmt.Errorf("netns %s: lo up: %w", ns, err)
+	return ConfigureGuestVia(ctx, nh, ns, false, ifaces, routes)
+}
+
+// ConfigureGuestVia is ConfigureGuest through nh, an open handle on ns. loUp says that the
+// caller's process brought ns's loopback up itself (when it made the namespace); interfaces
+// marked Wired keep the addresses and link state the caller's process just gave them.
+func ConfigureGuestVia(ctx context.Context, nh *netlink.Handle, ns Netns, loUp bool, ifaces []GuestInterface, routes []substrate.Route) error {
+	if !loUp {
+		if lo, err := nh.LinkByName("lo"); err == nil {
+			if err := nh.LinkSetUp(lo); err != nil {
+				return fmt.Errorf("netns %s: lo up: %w", ns, err)
+			}
 		}
 	}
 	for _, ifc := range ifaces {
+		if ifc.Wired {
+			continue
+		}
 		l, err := nh.LinkByName(ifc.Name)
 		if err != nil {
 			return fmt.Errorf("netns %s: interface %s: %w", ns, ifc.Name, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
@@ -39,6 +40,65 @@ type Driver struct {
 	fresh sync.Map
 
 	temps tempIndex // temporary files of killed sidecar writes (leftovers.go)
+
+	conns connCache // open namespaces of the nodes being worked on (conns.go)
+
+	// wired remembers, by namespace name, what this Driver configured inside a namespace it
+	// created or wired moments before, so that ConfigureGuestNetwork does not redo it. Taken
+	// by ConfigureGuestNetwork, dropped by DeleteNode. In memory only.
+	wiredMu sync.Mutex
+	wired   map[string]*wiredNs
+
+	hosts hostsMemo // what SetHosts read and wrote (hosts.go)
+}
+
+// wiredNs is what this Driver itself configured in one namespace (inode ino): loopback up
+// (when it created the namespace) and, by interface name, the exact addresses it set on each
+// interface it brought up.
+type wiredNs struct {
+	ino  uint64
+	loUp bool
+	ifs  map[string]string // node interface name → its IPv4 prefixes joined by wiredSep
+}
+
+const wiredSep = "\x00"
+
+// noteWired records that this Driver brought loopback up in namespace name (inode ino), or
+// wired interface ifName with exactly ipv4 (ifName != "").
+func (d *Driver) noteWired(name string, ino uint64, ifName string, ipv4 []string) {
+	d.wiredMu.Lock()
+	defer d.wiredMu.Unlock()
+	if d.wired == nil {
+		d.wired = map[string]*wiredNs{}
+	}
+	w := d.wired[name]
+	if w == nil || w.ino != ino {
+		w = &wiredNs{ino: ino, ifs: map[string]string{}}
+		d.wired[name] = w
+	}
+	if ifName == "" {
+		w.loUp = true
+		return
+	}
+	w.ifs[ifName] = strings.Join(ipv4, wiredSep)
+}
+
+// takeWired returns and forgets what this Driver configured in namespace name with inode ino.
+func (d *Driver) takeWired(name string, ino uint64) *wiredNs {
+	d.wiredMu.Lock()
+	defer d.wiredMu.Unlock()
+	w := d.wired[name]
+	delete(d.wired, name)
+	if w == nil || w.ino != ino {
+		return nil
+	}
+	return w
+}
+
+func (d *Driver) dropWired(name string) {
+	d.wiredMu.Lock()
+	defer d.wiredMu.Unlock()
+	delete(d.wired, name)
 }
 
 func freshKey(name string, ino uint64) string { return name + "@" + strconv.FormatUint(ino, 10) }

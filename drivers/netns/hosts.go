@@ -2,8 +2,10 @@ package netns
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,12 +31,33 @@ func (d *Driver) hostsPath(name string) string { return filepath.Join(d.StateDir
 
 // SetHosts implements driver.Hosts: it (re)writes the node's hosts file in place, so running
 // processes see the change at once. The node's namespace must carry owner's marker.
+//
+// The executor calls it before and after StartNode with the same entries. A file this Driver
+// wrote (or found equal) with exactly the content wanted, still the same inode, size and
+// modification and change times since, is left alone without reading it or checking the
+// marker: there is nothing to write, so nothing to authorise (hostsMemo).
 func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner substrate.Owner, entries []driver.HostEntry) error {
-	ns, err := d.NodeNetns(ctx, node)
+	ns, ino, err := d.nodeNetns(node)
 	if err != nil {
 		return fmt.Errorf("node %s: hosts: %w", owner.Address, err)
 	}
-	o, err := nsMarker(ns)
+	base, err := d.hosts.base()
+	if err != nil {
+		return fmt.Errorf("node %s: hosts: %w", owner.Address, err)
+	}
+	name := filepath.Base(ns.Path)
+	path := d.hostsPath(name)
+	content := linuxnet.RenderHosts(base, owner, entries)
+	sum := sha256.Sum256(content)
+	if d.hosts.unchanged(path, sum) {
+		return nil
+	}
+	conn, err := d.conns.acquire(name, ns.Path, ino)
+	if err != nil {
+		return fmt.Errorf("node %s: hosts: %w: %w", owner.Address, errNsUnreadable, err)
+	}
+	o, err := markerVia(conn.NH, ns)
+	d.conns.release(conn)
 	if err != nil {
 		return fmt.Errorf("node %s: hosts: %w", owner.Address, err)
 	}
@@ -42,14 +65,126 @@ func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner subs
 		return fmt.Errorf("node %s: hosts: namespace %s carries %s %s (topology %s, generation %d): %w",
 			owner.Address, ns.Path, o.Type, o.Address, o.Topology, o.Generation, driver.ErrNotOwned)
 	}
-	base, err := os.ReadFile(hostsSource)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := linuxnet.WriteHostsInPlace(path, content); err != nil {
 		return fmt.Errorf("node %s: hosts: %w", owner.Address, err)
 	}
-	if err := linuxnet.WriteHostsInPlace(d.hostsPath(filepath.Base(ns.Path)), linuxnet.RenderHosts(base, owner, entries)); err != nil {
-		return fmt.Errorf("node %s: hosts: %w", owner.Address, err)
-	}
+	d.hosts.wrote(path, sum)
 	return nil
+}
+
+// hostsMemo remembers, in memory, the base file's content (hostsSource, by its identity) and
+// the digest and identity of each node hosts file as this Driver last left it. Identity is
+// device, inode, size, modification and change time: a write to the file, in place or by
+// replacing it, changes the change time, and the next SetHosts then compares and rewrites as
+// before. (A same-size edit within one timestamp tick of the filesystem could pass unseen by
+// this process; the next command, another process, compares the content again.)
+type hostsMemo struct {
+	mu       sync.Mutex
+	baseID   fileID
+	baseData []byte
+	baseOK   bool
+	files    map[string]hostsWritten
+	skips    int // SetHosts calls that found the file as wanted (tests)
+}
+
+type hostsWritten struct {
+	sum [sha256.Size]byte
+	id  fileID
+}
+
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func statID(path string) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileID{}, fmt.Errorf("%s: %w", path, err) // errors.Is(err, os.ErrNotExist) holds for ENOENT
+	}
+	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+}
+
+// base returns hostsSource's content (nil when it does not exist), read again only when its
+// identity changed.
+func (m *hostsMemo) base() ([]byte, error) {
+	id, err := statID(hostsSource)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	if m.baseOK && m.baseID == id {
+		b := m.baseData
+		m.mu.Unlock()
+		return b, nil
+	}
+	m.mu.Unlock()
+	f, err := os.Open(hostsSource)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", hostsSource, err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	// The identity taken before the read: a write during it changes the file's identity, and
+	// the next call reads again.
+	m.baseID, m.baseData, m.baseOK = fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, b, true
+	m.mu.Unlock()
+	return b, nil
+}
+
+// unchanged reports whether path is as this Driver last left it, holding content of digest sum.
+func (m *hostsMemo) unchanged(path string, sum [sha256.Size]byte) bool {
+	m.mu.Lock()
+	w, ok := m.files[path]
+	m.mu.Unlock()
+	if !ok || w.sum != sum {
+		return false
+	}
+	id, err := statID(path)
+	if err != nil || id != w.id {
+		return false
+	}
+	m.mu.Lock()
+	m.skips++
+	m.mu.Unlock()
+	return true
+}
+
+// wrote records that path now holds content of digest sum (WriteHostsInPlace returned).
+func (m *hostsMemo) wrote(path string, sum [sha256.Size]byte) {
+	id, err := statID(path)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		delete(m.files, path)
+		return
+	}
+	if m.files == nil {
+		m.files = map[string]hostsWritten{}
+	}
+	m.files[path] = hostsWritten{sum: sum, id: id}
+}
+
+// forget drops what is remembered of path (its node is deleted).
+func (m *hostsMemo) forget(path string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.files, path)
 }
 
 // mountHosts, on a locked thread already inside the node's namespaces, gives the thread (and

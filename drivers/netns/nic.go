@@ -3,6 +3,8 @@ package netns
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
@@ -14,10 +16,11 @@ import (
 // linuxnet.DefaultMAC of node address + attachment name) and IPv4 prefixes.
 func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substrate.AttachmentSpec) (substrate.AttachmentState, error) {
 	where := fmt.Sprintf("node %s: attachment %q", spec.Node, spec.Name)
-	ns, err := d.NodeNetns(ctx, node)
+	ns, ino, conn, err := d.nodeConn(node)
 	if err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", where, err)
 	}
+	defer d.conns.release(conn)
 	if spec.Network.ExternalID == "" {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: network handle has no bridge name", where)
 	}
@@ -39,10 +42,12 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 		Owner:    spec.Owner,
 
 		IntentDir: d.intentDir(),
+		Conn:      &conn.NodeConn,
 	})
 	if err != nil {
 		return substrate.AttachmentState{}, fmt.Errorf("%s: %w", where, err)
 	}
+	d.noteWired(filepath.Base(ns.Path), ino, v.NodeName, spec.IPv4)
 	return substrate.AttachmentState{
 		Name: spec.Name, MAC: v.MAC, IPv4: append([]string(nil), spec.IPv4...), Gateway: spec.Gateway,
 		Private: encode(private{Kind: kindAttachment, Veth: &v}),
@@ -72,20 +77,31 @@ func (d *Driver) Detach(ctx context.Context, node substrate.Handle, st substrate
 
 // ConfigureGuestNetwork brings loopback and every attachment up with its addresses, then sets
 // routes; the first attachment with a gateway gives the default route unless routes name one.
+// What this Driver itself did moments before is not redone: loopback up in a namespace it
+// created, and the addresses and link state of interfaces it wired (Attach) with exactly these
+// addresses. An attachment wired by another process (a run that crashed) is configured in full.
 func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handle, atts []substrate.AttachmentState, routes []substrate.Route) error {
-	ns, err := d.NodeNetns(ctx, node)
+	ns, ino, conn, err := d.nodeConn(node)
 	if err != nil {
 		return err
 	}
+	defer d.conns.release(conn)
+	done := d.takeWired(filepath.Base(ns.Path), ino)
 	var ifs []linuxnet.GuestInterface
 	for _, a := range atts {
 		p, err := decode(a.Private, kindAttachment)
 		if err != nil {
 			return fmt.Errorf("node %s: attachment %q: %w", node.ExternalID, a.Name, err)
 		}
-		ifs = append(ifs, linuxnet.GuestInterface{Name: p.Veth.NodeName, IPv4: a.IPv4, Gateway: a.Gateway})
+		ifc := linuxnet.GuestInterface{Name: p.Veth.NodeName, IPv4: a.IPv4, Gateway: a.Gateway}
+		if done != nil {
+			if want, ok := done.ifs[ifc.Name]; ok && want == strings.Join(a.IPv4, wiredSep) {
+				ifc.Wired = true
+			}
+		}
+		ifs = append(ifs, ifc)
 	}
-	if err := linuxnet.ConfigureGuest(ctx, ns, ifs, routes); err != nil {
+	if err := linuxnet.ConfigureGuestVia(ctx, conn.NH, ns, done != nil && done.loUp, ifs, routes); err != nil {
 		return fmt.Errorf("node %s: guest network: %w", node.ExternalID, err)
 	}
 	return nil

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
@@ -33,6 +35,7 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	path := d.nsPath(name)
 	where := fmt.Sprintf("node %s: netns %s", spec.Owner.Address, name)
 	create := true
+	var conn linuxnet.NodeConn
 	if fi, err := os.Stat(path); err == nil {
 		create = false
 		pending := d.pendingFor(name, spec.Owner)
@@ -65,10 +68,19 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, HasCommand: len(spec.Command) > 0}); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
-		if err := createNamedNetns(path, func() error { return markThisNs(spec.Owner) }); err != nil {
+		if err := createNamedNetns(path, func() (err error) { conn, err = markThisNs(spec.Owner); return err }); err != nil {
+			conn.Close()
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
 	}
+	// The creation thread's socket and descriptor serve the calls that wire and start the node
+	// (conns.go); kept only once the namespace is known mounted at path with their inode.
+	keep := false
+	defer func() {
+		if !keep {
+			conn.Close()
+		}
+	}()
 	if spec.Hostname != "" && !isNsfs(d.utsPath(name)) {
 		if err := createUTS(d.utsPath(name), spec.Hostname); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
@@ -83,12 +95,26 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 	// adopted namespace's: one this call created has the one written above).
 	if create {
 		d.fresh.Store(freshKey(name, ino), true)
+		keep = d.keepCreated(name, ino, conn)
 	} else if old, err := d.readSidecar(name); err != nil || old.Marker != spec.Owner.Marker() || (old.NsInode != 0 && old.NsInode != ino) {
 		if err := d.writeSidecar(sidecar{Marker: spec.Owner.Marker(), Netns: name, NsInode: ino, HasCommand: len(spec.Command) > 0}); err != nil {
 			return substrate.Handle{}, fmt.Errorf("%s: %w", where, err)
 		}
 	}
 	return substrate.Handle{Driver: Name, ExternalID: name, Private: encode(private{Kind: kindNode, Netns: name, NsInode: ino})}, nil
+}
+
+// keepCreated caches conn, the creation thread's descriptor and socket of the namespace just
+// mounted at name's path with inode ino, if it is that namespace (conns.go); markThisNs
+// brought its loopback up.
+func (d *Driver) keepCreated(name string, ino uint64, conn linuxnet.NodeConn) bool {
+	var st unix.Stat_t
+	if conn.NH == nil || !conn.Fd.IsOpen() || unix.Fstat(int(conn.Fd), &st) != nil || st.Ino != ino {
+		return false
+	}
+	d.conns.put(name, ino, conn)
+	d.noteWired(name, ino, "", nil)
+	return true
 }
 
 // initNs marks a namespace a killed run created but did not mark (markThisNs).
@@ -98,7 +124,11 @@ func (d *Driver) initNs(name string, owner substrate.Owner) error {
 		return err
 	}
 	defer h.Close()
-	if err := inNetns(h, func() error { return markThisNs(owner) }); err != nil {
+	if err := inNetns(h, func() error {
+		conn, err := markThisNs(owner)
+		conn.Close()
+		return err
+	}); err != nil {
 		return fmt.Errorf("netns %s: %w", d.nsPath(name), err)
 	}
 	return nil
@@ -136,40 +166,64 @@ func unmarkedVia(nh *netlink.Handle) bool {
 
 // NodeNetns implements linuxnet.NamespaceResolver.
 func (d *Driver) NodeNetns(ctx context.Context, h substrate.Handle) (linuxnet.Netns, error) {
+	ns, _, err := d.nodeNetns(h)
+	return ns, err
+}
+
+// nodeNetns is NodeNetns with the namespace's nsfs inode.
+func (d *Driver) nodeNetns(h substrate.Handle) (linuxnet.Netns, uint64, error) {
 	p, err := decode(h.Private, kindNode)
 	if err != nil {
-		return linuxnet.Netns{}, fmt.Errorf("node %s: %w", h.ExternalID, err)
+		return linuxnet.Netns{}, 0, fmt.Errorf("node %s: %w", h.ExternalID, err)
 	}
 	path := d.nsPath(p.Netns)
-	if ino, err := nsInode(path); errors.Is(err, os.ErrNotExist) {
-		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrNotFound, err)
+	ino, err := nsInode(path)
+	if errors.Is(err, os.ErrNotExist) {
+		d.conns.forget(p.Netns)
+		return linuxnet.Netns{}, 0, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrNotFound, err)
 	} else if err != nil {
 		// Unreadable is not gone: callers that treat NotFound as done (stop, delete policy)
 		// must not report success for a namespace they cannot see.
-		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrUnavailable, err)
+		return linuxnet.Netns{}, 0, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrUnavailable, err)
 	} else if mounted, err := netnsMount(path); err != nil {
-		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrUnavailable, err)
+		return linuxnet.Netns{}, 0, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrUnavailable, err)
 	} else if !mounted {
 		// A file but no namespace (a delete killed between unmount and unlink, or a create
 		// killed before the mount): nothing to enter. DeleteNode decides whose file it is.
-		return linuxnet.Netns{}, fmt.Errorf("node %s: %w: no namespace is mounted at %s", h.ExternalID, driver.ErrNotFound, path)
+		d.conns.forget(p.Netns)
+		return linuxnet.Netns{}, 0, fmt.Errorf("node %s: %w: no namespace is mounted at %s", h.ExternalID, driver.ErrNotFound, path)
 	} else if p.NsInode != 0 && ino != p.NsInode {
-		return linuxnet.Netns{}, fmt.Errorf("node %s: namespace was replaced (inode %d, recorded %d): %w", h.ExternalID, ino, p.NsInode, driver.ErrNotOwned)
+		return linuxnet.Netns{}, 0, fmt.Errorf("node %s: namespace was replaced (inode %d, recorded %d): %w", h.ExternalID, ino, p.NsInode, driver.ErrNotOwned)
 	}
-	return d.ns(p.Netns), nil
+	return d.ns(p.Netns), ino, nil
+}
+
+// nodeConn is nodeNetns with a connection to the namespace (conns.go); the caller releases it.
+func (d *Driver) nodeConn(h substrate.Handle) (linuxnet.Netns, uint64, *nsConn, error) {
+	ns, ino, err := d.nodeNetns(h)
+	if err != nil {
+		return ns, 0, nil, err
+	}
+	c, err := d.conns.acquire(filepath.Base(ns.Path), ns.Path, ino)
+	if err != nil {
+		return ns, 0, nil, fmt.Errorf("node %s: %w: %w", h.ExternalID, driver.ErrUnavailable, err)
+	}
+	return ns, ino, c, nil
 }
 
 // StartNode starts the main process detached inside the namespace: a new session, stdin from
 // /dev/null, stdout and stderr appended to /run/sysbox/netns/NAME.log. Its pid and start time go
 // into the sidecar. A node already running its recorded process is left alone.
 func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substrate.NodeSpec) error {
-	ns, err := d.NodeNetns(ctx, h)
+	ns, ino, conn, err := d.nodeConn(h)
 	if err != nil {
 		return err
 	}
+	defer d.conns.release(conn)
 	name := h.ExternalID
 	where := fmt.Sprintf("node %s: netns %s", spec.Owner.Address, name)
-	if err := checkNsOwned(ns, spec.Owner); err != nil {
+	d.dropWired(filepath.Base(ns.Path)) // wired and configured by now
+	if err := checkOwnedVia(conn.NH, ns, spec.Owner); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
 	sc, err := d.readSidecar(name)
@@ -178,10 +232,6 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 	}
 	if len(spec.Command) == 0 {
 		return nil
-	}
-	ino, err := nsInode(ns.Path)
-	if err != nil {
-		return fmt.Errorf("%s: %w", where, err)
 	}
 	sc.NsInode = ino
 	if processAlive(sc.Pid, sc.StartTime, sc.NsInode) {
@@ -196,7 +246,7 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 		// fall through to start the process
 	} else if pid, start, ok := orphanMain(sc.NsInode, spec.Command); ok {
 		sc.Marker, sc.HasCommand, sc.Pid, sc.StartTime, sc.StartedAt, sc.Stopped = spec.Owner.Marker(), true, pid, start, time.Now().UTC(), false
-		if err := d.writeSidecar(sc); err != nil {
+		if err := d.appendSidecar(sc); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		return nil
@@ -212,7 +262,7 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 	defer logf.Close()
 	cmd := &exec.Cmd{Path: bin, Args: spec.Command, Env: childEnv(spec.Environment), Dir: "/", Stdout: logf, Stderr: logf,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
-	if err := d.enter(name, cmd.Start); err != nil {
+	if err := d.enterFd(name, conn.Fd, cmd.Start); err != nil {
 		return fmt.Errorf("%s: start %q: %w", where, spec.Command[0], err)
 	}
 	go func() { _ = cmd.Wait() }() // reap it while this process lives; init adopts it after
@@ -221,7 +271,7 @@ func (d *Driver) StartNode(ctx context.Context, h substrate.Handle, spec substra
 		return fmt.Errorf("%s: main process %d exited at once (see %s): %w", where, cmd.Process.Pid, d.logPath(name), err)
 	}
 	sc.Marker, sc.HasCommand, sc.Pid, sc.StartTime, sc.StartedAt, sc.Stopped = spec.Owner.Marker(), true, cmd.Process.Pid, start, time.Now().UTC(), false
-	if err := d.writeSidecar(sc); err != nil {
+	if err := d.appendSidecar(sc); err != nil {
 		_ = cmd.Process.Kill()
 		return fmt.Errorf("%s: %w", where, err)
 	}
@@ -267,7 +317,14 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		return obs, fmt.Errorf("node %s: %w: %w", owner.Address, driver.ErrUnavailable, err)
 	}
 	obs.Attributes = map[string]string{"netns": p.Netns, "netns_path": path}
-	found, merr := nsMarker(d.ns(p.Netns))
+	var found substrate.Owner
+	var merr error
+	if conn, err := d.conns.acquire(p.Netns, path, ino); err != nil {
+		merr = fmt.Errorf("%w: %w", errNsUnreadable, err)
+	} else {
+		found, merr = markerVia(conn.NH, d.ns(p.Netns))
+		d.conns.release(conn)
+	}
 	if merr == nil {
 		obs.Owner = &found
 	}
@@ -330,7 +387,7 @@ func (d *Driver) StopNode(ctx context.Context, h substrate.Handle, owner substra
 		}
 	}
 	sc.Stopped = true
-	return d.writeSidecar(sc)
+	return d.appendSidecar(sc)
 }
 
 // DeleteNode checks the namespace's marker, kills every process inside it, deletes the host
@@ -343,6 +400,10 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	}
 	path := d.nsPath(p.Netns)
 	where := fmt.Sprintf("node %s: netns %s", owner.Address, p.Netns)
+	// No cached socket may keep the namespace (and the veths inside) alive past its delete.
+	d.conns.forget(p.Netns)
+	d.dropWired(p.Netns)
+	d.hosts.forget(d.hostsPath(p.Netns))
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		// Deleted out of band (`ip netns del`), or by a delete killed after the unmount.
 		if err := d.deleteGone(ctx, p.Netns, owner); err != nil {

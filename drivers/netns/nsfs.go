@@ -158,25 +158,34 @@ func netnsMount(path string) (bool, error) {
 
 // markThisNs, on a thread inside a fresh namespace, writes owner's marker into the loopback
 // alias, brings lo up and turns forwarding off: a new namespace copies ip_forward from the host
-// (on wherever dockerd runs); a node forwards only when a sysbox_router says so.
-func markThisNs(owner substrate.Owner) error {
+// (on wherever dockerd runs); a node forwards only when a sysbox_router says so. It returns the
+// namespace's descriptor and the netlink socket it used, made inside it, for the caller to keep
+// (conns.go) or close.
+func markThisNs(owner substrate.Owner) (linuxnet.NodeConn, error) {
 	nh, err := netlink.NewHandle(unix.NETLINK_ROUTE) // a socket in the thread's namespace
 	if err != nil {
-		return fmt.Errorf("netlink: %w", err)
+		return linuxnet.NodeConn{}, fmt.Errorf("netlink: %w", err)
 	}
-	defer nh.Close()
+	conn := linuxnet.NodeConn{NH: nh, Fd: vnetns.None()}
 	lo := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1, Name: "lo"}} // loopback is ifindex 1 in every namespace
 	if err := nh.LinkSetAlias(lo, owner.Marker()); err != nil {
-		return fmt.Errorf("lo alias: %w", err)
+		conn.Close()
+		return linuxnet.NodeConn{}, fmt.Errorf("lo alias: %w", err)
 	}
 	if err := nh.LinkSetUp(lo); err != nil {
-		return fmt.Errorf("lo up: %w", err)
+		conn.Close()
+		return linuxnet.NodeConn{}, fmt.Errorf("lo up: %w", err)
 	}
 	// /proc/sys/net resolves to the namespace of the thread that opens it.
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0\n"), 0o644); err != nil {
-		return fmt.Errorf("sysctl net.ipv4.ip_forward=0: %w", err)
+		conn.Close()
+		return linuxnet.NodeConn{}, fmt.Errorf("sysctl net.ipv4.ip_forward=0: %w", err)
 	}
-	return nil
+	if conn.Fd, err = vnetns.Get(); err != nil {
+		conn.Close()
+		return linuxnet.NodeConn{}, fmt.Errorf("open the new namespace: %w", err)
+	}
+	return conn, nil
 }
 
 // checkNsOwned compares the namespace's marker with owner exactly.

@@ -1,7 +1,9 @@
 package netns
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +38,20 @@ type sidecar struct {
 func (d *Driver) sidecarPath(name string) string { return filepath.Join(d.StateDir, name+".json") }
 func (d *Driver) logPath(name string) string     { return filepath.Join(d.StateDir, name+".log") }
 
+// A sidecar file is a short log: one record per line, the last one that decodes is the node's
+// record. writeSidecar replaces the file with one record (a temporary file renamed over it,
+// then its directory synced); appendSidecar adds a record at its end and syncs the file, which
+// makes no new inode, frees none and renames nothing: an update of a node that already has a
+// sidecar (StartNode, StopNode) costs one write and one fsync. A crash (kill -9 or power loss)
+// during an append leaves the earlier records and at most a torn final fragment, which readers
+// skip and the next append cuts off: the record before it stands, as if the append had not
+// begun. A sidecar of earlier versions is one record without a newline: read as it is, and
+// ended with a newline before the first append.
+
+// sidecarCompactAt is the size beyond which an update rewrites the sidecar instead of
+// appending (a node stopped and started very often).
+const sidecarCompactAt = 16 << 10
+
 func (d *Driver) writeSidecar(s sidecar) error {
 	if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -47,7 +63,52 @@ func (d *Driver) writeSidecar(s sidecar) error {
 	if err != nil {
 		return err
 	}
-	return durable.WriteFile(d.sidecarPath(s.Netns), b, 0o600)
+	return durable.WriteFile(d.sidecarPath(s.Netns), append(b, '\n'), 0o600)
+}
+
+// appendSidecar records s as the node's sidecar by appending it (see above); a missing,
+// unreadable or large sidecar is replaced (writeSidecar) instead.
+func (d *Driver) appendSidecar(s sidecar) error {
+	path := d.sidecarPath(s.Netns)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return d.writeSidecar(s)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, sidecarCompactAt+1))
+	if err != nil || len(data) > sidecarCompactAt {
+		return d.writeSidecar(s)
+	}
+	_, end, err := lastSidecar(data, path)
+	if err != nil {
+		return d.writeSidecar(s)
+	}
+	if err := d.removeStaleTemps(s.Netns); err != nil {
+		return err
+	}
+	b, err := durable.EncodeRecord(sidecarKind, 1, s)
+	if err != nil {
+		return err
+	}
+	rec := make([]byte, 0, len(b)+2)
+	if end > 0 && data[end-1] != '\n' {
+		rec = append(rec, '\n') // an earlier version's unterminated record
+	}
+	rec = append(append(rec, b...), '\n')
+	// Cut a torn fragment off first (each step leaves a readable file), then write the record
+	// after the last whole one and sync it.
+	if int64(end) < int64(len(data)) {
+		if err := f.Truncate(int64(end)); err != nil {
+			return fmt.Errorf("sidecar %s: cut torn record: %w", path, err)
+		}
+	}
+	if _, err := f.WriteAt(rec, int64(end)); err != nil {
+		return fmt.Errorf("sidecar %s: append: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sidecar %s: sync: %w", path, err)
+	}
+	return nil
 }
 
 func (d *Driver) readSidecar(name string) (sidecar, error) {
@@ -55,15 +116,48 @@ func (d *Driver) readSidecar(name string) (sidecar, error) {
 }
 
 // readSidecarFile reads and decodes the sidecar record at path (a sidecar, or a temporary file
-// of a sidecar write).
+// of a sidecar write): its last record.
 func readSidecarFile(path string) (sidecar, error) {
-	var s sidecar
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return s, err
+		return sidecar{}, err
 	}
-	_, err = durable.DecodeRecord(b, sidecarKind, 1, &s)
+	s, _, err := lastSidecar(b, path)
 	return s, err
+}
+
+// lastSidecar decodes data, a sidecar's content, and returns its last record and the length of
+// the prefix of whole records. Every newline-terminated line must decode (anything else is
+// damage, not a torn write); the bytes after the last newline are a record of an earlier
+// version if they decode, else a torn append, which is skipped. No record at all is an error.
+func lastSidecar(data []byte, path string) (sidecar, int, error) {
+	var last sidecar
+	found, end := false, 0
+	for len(data[end:]) > 0 {
+		line := data[end:]
+		i := bytes.IndexByte(line, '\n')
+		whole := i >= 0
+		if whole {
+			line = line[:i]
+		}
+		var s sidecar
+		if _, err := durable.DecodeRecord(line, sidecarKind, 1, &s); err != nil {
+			if whole {
+				return sidecar{}, 0, fmt.Errorf("sidecar %s: %w", path, err)
+			}
+			break // a torn final append
+		}
+		last, found = s, true
+		if !whole {
+			end = len(data)
+			break
+		}
+		end += i + 1
+	}
+	if !found {
+		return sidecar{}, 0, fmt.Errorf("sidecar %s: no complete record", path)
+	}
+	return last, end, nil
 }
 
 // processAlive reports whether pid is still the process recorded (same start time) and still

@@ -66,6 +66,12 @@ func (d *Driver) enter(name string, fn func() error) error {
 		return err
 	}
 	defer netNs.Close()
+	return d.enterFd(name, netNs, fn)
+}
+
+// enterFd is enter with the network namespace already open.
+func (d *Driver) enterFd(name string, netNs vnetns.NsHandle, fn func() error) error {
+	var err error
 	var uts *os.File
 	if isNsfs(d.utsPath(name)) {
 		if uts, err = os.Open(d.utsPath(name)); err != nil {
