@@ -208,36 +208,53 @@ func (j *decodeJob) errf(summary, format string, args ...any) {
 	j.failed = true
 }
 
-func (j *decodeJob) run() {
-	r := rep{}
-	if j.rep != nil {
-		r = *j.rep
+// context is the job's evaluation context, built on first use: a body whose expressions are
+// plain values and whole-resource references needs none (see ref).
+func (j *decodeJob) context() *hcl.EvalContext {
+	if j.ctx == nil {
+		r := rep{}
+		if j.rep != nil {
+			r = *j.rep
+		}
+		j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), r), Functions: j.rs.mi.funcs}
 	}
-	j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), r), Functions: j.rs.mi.funcs}
+	return j.ctx
+}
+
+// ref implements fastScope: TYPE.NAME is the value of the resource its scope resolved.
+func (j *decodeJob) ref(tr hcl.Traversal) (cty.Value, bool) {
+	return j.vars.ref(tr)
+}
+
+func (j *decodeJob) run() {
 	spec := j.rs.schema.Spec()
 	cfg, addr := j.rs.cfg, j.ri.Addr
 	// The fast decoder skips the meta-arguments itself; hcldec and dynblock see them hidden.
 	body := cfg.Body
 	if j.dynamic {
-		body = dynblock.Expand(cfg.schemaBody(), j.ctx)
+		body = dynblock.Expand(cfg.schemaBody(), j.context())
 	}
-	val, ok := cty.NilVal, false
+	val, clean, ok := cty.NilVal, false, false
 	if j.fast != nil {
-		val, ok = j.fast.decode(body, nil, j.ctx)
+		val, clean, ok = j.fast.decode(body, nil, j)
 		if ok && checkFastDecode != nil {
-			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.ctx, val)
+			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context(), val, clean)
 		}
 	}
 	if !ok {
 		var d hcl.Diagnostics
-		val, d = hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.ctx)
+		val, d = hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context())
 		j.diags = append(j.diags, d...)
 		if d.HasErrors() {
 			j.failed = true
 			return
 		}
 	}
-	marked, unknownAt, hasUnknown := scanValue(val)
+	var marked, hasUnknown bool
+	var unknownAt cty.Path
+	if !clean {
+		marked, unknownAt, hasUnknown = scanValue(val)
+	}
 	var pvm []cty.PathValueMarks
 	if marked {
 		val, pvm = val.UnmarkDeepWithPaths()
@@ -419,7 +436,7 @@ func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasD
 	if sc == nil {
 		return &lazyVars{}, nil, false
 	}
-	return &lazyVars{b: sc}, sc.deps, sc.failed
+	return newLazyVars(sc), sc.deps, sc.failed
 }
 
 // value is the resource's value for expressions: the instance object (no count/for_each), a
