@@ -54,7 +54,7 @@ type fastScope interface {
 type ctxScope struct{ ctx *hcl.EvalContext }
 
 func (ctxScope) ref(hcl.Traversal) (cty.Value, bool) { return cty.NilVal, false }
-func (s ctxScope) context() *hcl.EvalContext       { return s.ctx }
+func (s ctxScope) context() *hcl.EvalContext         { return s.ctx }
 
 // fastConv is a conversion to a fastAttr's type from in. Conversions are pure functions of
 // their types, so one serves every body whose argument has that type (the instances of a
