@@ -833,7 +833,7 @@ func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
 			if top && metaArgs[name] {
 				continue // count, for_each, depends_on are handled on their own
 			}
-			out = append(out, a.Expr.Variables()...)
+			out = exprVariables(out, a.Expr)
 		}
 		for _, blk := range sb.Blocks {
 			if top && blk.Type == "lifecycle" {
@@ -844,6 +844,30 @@ func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
 	}
 	walk(sb, true)
 	return out
+}
+
+// exprVariables appends expr.Variables() to out. Plain values, references, and templates and
+// tuples of them (most of a topology) are read here, without Variables' walker and its
+// callback; what else they hold goes to Variables. None of these opens a scope of its own
+// (only a for expression does), so what is found beneath them is a reference of the body.
+func exprVariables(out []hcl.Traversal, expr hclsyntax.Expression) []hcl.Traversal {
+	switch e := expr.(type) {
+	case *hclsyntax.LiteralValueExpr:
+		return out
+	case *hclsyntax.ScopeTraversalExpr:
+		return append(out, e.Traversal)
+	case *hclsyntax.TemplateExpr:
+		for _, p := range e.Parts {
+			out = exprVariables(out, p)
+		}
+		return out
+	case *hclsyntax.TupleConsExpr:
+		for _, x := range e.Exprs {
+			out = exprVariables(out, x)
+		}
+		return out
+	}
+	return append(out, expr.Variables()...)
 }
 
 // needsScan reports whether v holds a mark or a value known only after apply outside

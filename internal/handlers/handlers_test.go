@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -372,5 +373,24 @@ func TestNodeDriverSpecRefusesNullAttachment(t *testing.T) {
 	spec, err := (&handlers.Node{}).DriverSpec(json.RawMessage(`{"driver":"netns","attachment":{"lan":{"network":"sysbox_network.lan","mac":"02:00:00:00:00:01"}}}`), nil)
 	if err != nil || spec.Node == nil || len(spec.Node.Attachments) != 1 || spec.Node.Attachments[0].Network.String() != "sysbox_network.lan" {
 		t.Fatalf("got %+v, %v; want one attachment to sysbox_network.lan", spec.Node, err)
+	}
+}
+
+// TestAttachmentReferenceNamesItsLabel: the attribute a network reference is reported under
+// quotes the attachment's label as %q does (node.go writes it with strconv.Quote).
+func TestAttachmentReferenceNamesItsLabel(t *testing.T) {
+	dir := t.TempDir()
+	src := "resource \"sysbox_node\" \"a\" {\n  attachment \"l\\\"é\\tx\" { network = \"sysbox_network.missing\" }\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, s, diags := config.Load(dir)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	_, diags = config.Evaluate(m, s, config.Options{Schemas: handlers.Builtin()})
+	want := "sysbox_node.a: " + fmt.Sprintf("attachment[%q].network", "l\"é\tx") + " names sysbox_network.missing, which the configuration does not declare"
+	if len(diags) != 1 || diags[0].Detail != want {
+		t.Fatalf("got %v, want one error %q", diags, want)
 	}
 }

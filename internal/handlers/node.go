@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"regexp"
 	"sort"
+	"strconv"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hcldec"
@@ -225,7 +226,7 @@ func decodeAttachments(d *diags, req *config.DecodeRequest, v cty.Value, c *Node
 			na, nobj, ok := ref(d, av, "network", "sysbox_network", nrng)
 			if ok {
 				at.Network = na.String()
-				refs = append(refs, config.Reference{Addr: na, Attr: fmt.Sprintf("attachment[%q].network", name), Range: nrng})
+				refs = append(refs, config.Reference{Addr: na, Attr: "attachment[" + strconv.Quote(name) + "].network", Range: nrng}) // %q is strconv.Quote
 			}
 			var netPrefix netip.Prefix
 			if nobj != cty.NilVal {
