@@ -575,3 +575,38 @@ func TestSubstrateParallelismSetOnlyWhenWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeDecodedFromAttributes: a node (handlers.Node is an AttrReader) whose body needs no
+// scan is decoded from its attributes, not an assembled object; the test hook compares that
+// Decode with one of the assembled value (fastdecode_test.go). A node with a marked value (a
+// secret reference: the scan finds its path) is decoded from its value.
+func TestNodeDecodedFromAttributes(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": `
+resource "sysbox_network" "lan" { ipv4_cidr = "198.51.100.0/24" }
+resource "sysbox_node" "a" {
+  command = ["sleep", "infinity"]
+  attachment "lan" {
+    network = sysbox_network.lan
+    ipv4    = ["198.51.100.2/24"]
+  }
+  route {
+    to  = "default"
+    via = "198.51.100.1"
+  }
+}
+resource "sysbox_node" "b" {
+  environment = { TOKEN = env("TOKEN") }
+}
+`})
+	before := config.AttrDecodes.Load()
+	top, diags := eval(t, dir, config.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if n := config.AttrDecodes.Load() - before; n != 1 {
+		t.Fatalf("%d decodes from attributes, want 1 (node a; b holds a secret reference)", n)
+	}
+	if len(top.Resources) != 3 {
+		t.Fatalf("got %d resources", len(top.Resources))
+	}
+}

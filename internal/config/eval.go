@@ -42,17 +42,45 @@ type Schemas interface {
 	Types(mode addrs.ResourceMode) []string
 }
 
+// AttrReader is a Schema whose Decode reads the evaluated body with DecodeRequest.Attr only,
+// never DecodeRequest.Value, so that the decoder may hand the body's attributes over without
+// assembling them into one object (a map, a type and a normalised name per attribute, for
+// every instance). Value is then NilVal.
+type AttrReader interface {
+	Schema
+	ReadsAttrs()
+}
+
 // DecodeRequest is one resource instance to decode.
 type DecodeRequest struct {
-	Addr      addrs.Instance
-	Value     cty.Value // the evaluated body: wholly known, marks removed
-	Body      hcl.Body  // for source ranges
+	Addr addrs.Instance
+	// Value is the evaluated body: wholly known, marks removed; NilVal when attrs hold it
+	// (for an AttrReader).
+	Value     cty.Value
+	attrs     map[string]cty.Value // Value's attributes, when Value is not assembled
+	Body      hcl.Body             // for source ranges
 	DeclRange hcl.Range
 	BaseDir   string // the module directory, for relative paths
 	// SecretPaths are the values that came from env() (secret references). A handler accepts
 	// them only where the executor resolves references (e.g. a node's environment) and
 	// rejects them elsewhere.
 	SecretPaths []cty.Path
+}
+
+// Attr returns the evaluated body's attribute name, as Value.GetAttr(name) does; false when
+// the body has no such attribute.
+func (r *DecodeRequest) Attr(name string) (cty.Value, bool) {
+	if r.attrs == nil {
+		if ty := r.Value.Type(); !ty.IsObjectType() || !ty.HasAttribute(name) {
+			return cty.NilVal, false
+		}
+		return r.Value.GetAttr(name), true
+	}
+	if !isASCII(name) {
+		name = cty.NormalizeString(name) // as GetAttr does; the attributes' names are ASCII (asciiFields)
+	}
+	v, ok := r.attrs[name]
+	return v, ok
 }
 
 // Decoded is a handler's result for one instance.

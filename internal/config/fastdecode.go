@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +30,9 @@ type fastSpec struct {
 	labels   []fastLabel
 	fields   []string // the object's attribute names (the ObjectSpec keys)
 	hideMeta bool     // a resource body: its meta-arguments and lifecycle block are hidden
+	// asciiFields: every field name is ASCII, which cty.ObjectVal keeps as it is, so that the
+	// fields map answers for the object (DecodeRequest.Attr)
+	asciiFields bool
 }
 
 type fastAttr struct {
@@ -158,6 +162,7 @@ func compileFast(spec hcldec.Spec, resourceBody bool) *fastSpec {
 	if resourceBody && (fs.blocks["lifecycle"] != nil || len(fs.labels) > 0) {
 		return nil
 	}
+	fs.asciiFields = !slices.ContainsFunc(fs.fields, func(f string) bool { return !isASCII(f) })
 	return fs
 }
 
@@ -167,16 +172,37 @@ var valsPool = sync.Pool{New: func() any { return map[string]cty.Value{} }}
 // means the value needs no scan (scanValue): every part of it is known and unmarked, or is a
 // reference to another resource that is.
 func (fs *fastSpec) decode(body hcl.Body, labels []string, sc fastScope) (val cty.Value, clean, ok bool) {
-	sb, ok := body.(*hclsyntax.Body)
+	vals, clean, ok := fs.decodeFields(body, labels, sc)
 	if !ok {
 		return cty.NilVal, false, false
 	}
-	// cty.ObjectVal copies vals, so the map goes back to the pool once the object is built.
-	vals := valsPool.Get().(map[string]cty.Value)
-	defer func() {
-		clear(vals)
-		valsPool.Put(vals)
-	}()
+	val = cty.ObjectVal(vals) // copies vals
+	releaseVals(vals)
+	return val, clean, true
+}
+
+// decodeFields is decode without assembling the object: its attributes by ObjectSpec key, in a
+// map of valsPool's (releaseVals takes it back).
+func (fs *fastSpec) decodeFields(body hcl.Body, labels []string, sc fastScope) (vals map[string]cty.Value, clean, ok bool) {
+	sb, ok := body.(*hclsyntax.Body)
+	if !ok {
+		return nil, false, false
+	}
+	vals = valsPool.Get().(map[string]cty.Value)
+	if clean, ok = fs.fill(sb, labels, sc, vals); !ok {
+		releaseVals(vals)
+		return nil, false, false
+	}
+	return vals, clean, true
+}
+
+func releaseVals(vals map[string]cty.Value) {
+	clear(vals)
+	valsPool.Put(vals)
+}
+
+// fill sets vals to sb's attributes (see fields).
+func (fs *fastSpec) fill(sb *hclsyntax.Body, labels []string, sc fastScope, vals map[string]cty.Value) (clean, ok bool) {
 	clean = true
 	for name, a := range sb.Attributes {
 		if fs.hideMeta && metaArgs[name] {
@@ -184,11 +210,11 @@ func (fs *fastSpec) decode(body hcl.Body, labels []string, sc fastScope) (val ct
 		}
 		fa := fs.attrs[name]
 		if fa == nil {
-			return cty.NilVal, false, false
+			return false, false
 		}
 		v, c, ok := fa.value(a.Expr, sc)
 		if !ok {
-			return cty.NilVal, false, false
+			return false, false
 		}
 		clean = clean && c
 		for _, k := range fa.keys {
@@ -200,7 +226,7 @@ func (fs *fastSpec) decode(body hcl.Body, labels []string, sc fastScope) (val ct
 			continue
 		}
 		if fa.required {
-			return cty.NilVal, false, false
+			return false, false
 		}
 		for _, k := range fa.keys {
 			vals[k] = fa.null
@@ -208,15 +234,15 @@ func (fs *fastSpec) decode(body hcl.Body, labels []string, sc fastScope) (val ct
 	}
 	for _, l := range fs.labels {
 		if l.index >= len(labels) {
-			return cty.NilVal, false, false
+			return false, false
 		}
 		vals[l.key] = cty.StringVal(labels[l.index])
 	}
 	c, ok := fs.decodeBlocks(sb, sc, vals)
 	if !ok {
-		return cty.NilVal, false, false
+		return false, false
 	}
-	return cty.ObjectVal(vals), clean && c, true
+	return clean && c, true
 }
 
 // value is an argument's value converted to its type, and whether it is clean (see decode).
@@ -372,6 +398,11 @@ func literalStringList(expr hclsyntax.Expression) (cty.Value, bool) {
 // decoder returns, and whether it called it clean, to compare them with hcldec's value and
 // scanValue's finding.
 var checkFastDecode func(body hcl.Body, spec hcldec.Spec, ctx *hcl.EvalContext, got cty.Value, clean bool)
+
+// checkAttrDecode, when set (by this package's tests), is called after every Decode of an
+// AttrReader that was given the body's attributes instead of its value, to compare the result
+// with Decode of the assembled value.
+var checkAttrDecode func(s Schema, req *DecodeRequest, got *Decoded, diags hcl.Diagnostics)
 
 // fastSpec returns the fast decoder of the resource type's spec (nil if the spec is not
 // covered), compiled once per type (Options.Schemas gives one schema per type). Runs on the

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"testing"
 
@@ -13,8 +14,9 @@ import (
 	"github.com/zclconf/go-cty/cty/function/stdlib"
 )
 
-// fastDecodes counts the values the fast decoder returned during this test binary's run.
-var fastDecodes atomic.Int64
+// fastDecodes counts the values the fast decoder returned during this test binary's run, and
+// attrDecodes the Decodes given the body's attributes instead of its value.
+var fastDecodes, attrDecodes atomic.Int64
 
 // Every value the fast decoder returns in this package's tests (the examples, golden and
 // diagnostics topologies included) is compared with hcldec's for the same body.
@@ -27,6 +29,18 @@ func init() {
 		}
 		if clean && needsScan(got, true) {
 			panic(fmt.Sprintf("fast decode of %s: called clean, but %#v needs a scan", body.MissingItemRange(), got))
+		}
+	}
+	checkAttrDecode = func(s Schema, req *DecodeRequest, got *Decoded, diags hcl.Diagnostics) {
+		attrDecodes.Add(1)
+		full := *req
+		full.Value, full.attrs = cty.ObjectVal(req.attrs), nil
+		if msg := sameDecode(&full, req, s); msg != "" {
+			panic(fmt.Sprintf("%s given its attributes: %s", req.Addr, msg))
+		}
+		want, wantDiags := s.Decode(&full)
+		if msg := sameDecoded(got, diags, want, wantDiags); msg != "" {
+			panic(fmt.Sprintf("%s given its attributes: %s", req.Addr, msg))
 		}
 	}
 }
@@ -195,3 +209,58 @@ func TestLazyVarsRef(t *testing.T) {
 		})
 	}
 }
+
+// sameDecode: every attribute Attr finds in the assembled value, the unassembled request
+// finds too, and the same; and the other way round (Attr of a name the spec does not have).
+func sameDecode(full, req *DecodeRequest, s Schema) string {
+	ty := full.Value.Type()
+	names := []string{"no_such_attribute", "\u212a"}
+	for n := range ty.AttributeTypes() {
+		names = append(names, n)
+	}
+	for _, n := range names {
+		w, wok := full.Attr(n)
+		g, gok := req.Attr(n)
+		if wok != gok || wok && !w.RawEquals(g) {
+			return fmt.Sprintf("Attr(%q) = %#v, %v; from the value %#v, %v", n, g, gok, w, wok)
+		}
+	}
+	return ""
+}
+
+// sameDecoded compares two Decode results: configuration, references, reference values and
+// diagnostics.
+func sameDecoded(got *Decoded, gotDiags hcl.Diagnostics, want *Decoded, wantDiags hcl.Diagnostics) string {
+	if !reflect.DeepEqual(gotDiags, wantDiags) {
+		return fmt.Sprintf("diagnostics %v, from the value %v", gotDiags, wantDiags)
+	}
+	if (got == nil) != (want == nil) {
+		return fmt.Sprintf("result %v, from the value %v", got, want)
+	}
+	if got == nil {
+		return ""
+	}
+	if !reflect.DeepEqual(got.Config, want.Config) || !reflect.DeepEqual(got.References, want.References) {
+		return fmt.Sprintf("%#v %#v, from the value %#v %#v", got.Config, got.References, want.Config, want.References)
+	}
+	gr, wr := (&ResourceInstance{Ref: got.Ref, refFunc: got.RefFunc}).RefValue(), (&ResourceInstance{Ref: want.Ref, refFunc: want.RefFunc}).RefValue()
+	if !gr.RawEquals(wr) {
+		return fmt.Sprintf("reference value %#v, from the value %#v", gr, wr)
+	}
+	if (got.RefAttr == nil) != (want.RefAttr == nil) {
+		return "RefAttr set on one side only"
+	}
+	if got.RefAttr != nil && wr.Type().IsObjectType() {
+		for n := range wr.Type().AttributeTypes() {
+			g, gok := got.RefAttr(n)
+			w, wok := want.RefAttr(n)
+			if gok != wok || !g.RawEquals(w) {
+				return fmt.Sprintf("RefAttr(%q) = %#v, from the value %#v", n, g, w)
+			}
+		}
+	}
+	return ""
+}
+
+// AttrDecodes counts, for config_test, the Decodes given the body's attributes.
+var AttrDecodes = &attrDecodes

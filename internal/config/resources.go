@@ -235,10 +235,22 @@ func (j *decodeJob) run() {
 		body = dynblock.Expand(cfg.schemaBody(), j.context())
 	}
 	val, clean, ok := cty.NilVal, false, false
+	// fields: the body's attributes, handed to an AttrReader without assembling the object
+	// when nothing in them needs a scan (the scan reads the object)
+	var fields map[string]cty.Value
 	if j.fast != nil {
-		val, clean, ok = j.fast.decode(body, nil, j)
+		fields, clean, ok = j.fast.decodeFields(body, nil, j)
+		if _, reads := j.rs.schema.(AttrReader); ok && !(clean && reads && j.fast.asciiFields) {
+			val = cty.ObjectVal(fields)
+			releaseVals(fields)
+			fields = nil
+		}
 		if ok && checkFastDecode != nil {
-			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context(), val, clean)
+			got := val
+			if fields != nil {
+				got = cty.ObjectVal(fields)
+			}
+			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context(), got, clean)
 		}
 	}
 	if !ok {
@@ -283,7 +295,15 @@ func (j *decodeJob) run() {
 	if j.failed {
 		return
 	}
-	dec, d := j.rs.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.rs.mi.mod.Dir, SecretPaths: secretPaths})
+	req := &DecodeRequest{Addr: addr, Value: val, attrs: fields, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.rs.mi.mod.Dir, SecretPaths: secretPaths}
+	dec, d := j.rs.schema.Decode(req)
+	if fields != nil {
+		if checkAttrDecode != nil {
+			checkAttrDecode(j.rs.schema, req, dec, d)
+		}
+		req.attrs = nil
+		releaseVals(fields)
+	}
 	j.diags = append(j.diags, d...)
 	if d.HasErrors() || dec == nil {
 		j.failed = true
