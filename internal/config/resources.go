@@ -227,40 +227,10 @@ func (j *decodeJob) ref(tr hcl.Traversal) (cty.Value, bool) {
 }
 
 func (j *decodeJob) run() {
-	spec := j.rs.schema.Spec()
 	cfg, addr := j.rs.cfg, j.ri.Addr
-	// The fast decoder skips the meta-arguments itself; hcldec and dynblock see them hidden.
-	body := cfg.Body
-	if j.dynamic {
-		body = dynblock.Expand(cfg.schemaBody(), j.context())
-	}
-	val, clean, ok := cty.NilVal, false, false
-	// fields: the body's attributes, handed to an AttrReader without assembling the object
-	// when nothing in them needs a scan (the scan reads the object)
-	var fields map[string]cty.Value
-	if j.fast != nil {
-		fields, clean, ok = j.fast.decodeFields(body, nil, j)
-		if _, reads := j.rs.schema.(AttrReader); ok && !(clean && reads && j.fast.asciiFields) {
-			val = cty.ObjectVal(fields)
-			releaseVals(fields)
-			fields = nil
-		}
-		if ok && checkFastDecode != nil {
-			got := val
-			if fields != nil {
-				got = cty.ObjectVal(fields)
-			}
-			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context(), got, clean)
-		}
-	}
+	val, fields, clean, ok := j.decodeBody()
 	if !ok {
-		var d hcl.Diagnostics
-		val, d = hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context())
-		j.diags = append(j.diags, d...)
-		if d.HasErrors() {
-			j.failed = true
-			return
-		}
+		return
 	}
 	var marked, hasUnknown bool
 	var unknownAt cty.Path
@@ -310,6 +280,43 @@ func (j *decodeJob) run() {
 		return
 	}
 	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.refAttr, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.RefAttr, dec.References
+}
+
+// decodeBody evaluates the body: its value, or for an AttrReader its attributes (fields, of
+// valsPool's) when nothing in them needs a scan (the scan reads the value); clean when the
+// value needs no scan; false when hcldec reported errors (in j.diags).
+func (j *decodeJob) decodeBody() (val cty.Value, fields map[string]cty.Value, clean, ok bool) {
+	spec, cfg := j.rs.schema.Spec(), j.rs.cfg
+	// The fast decoder skips the meta-arguments itself; hcldec and dynblock see them hidden.
+	body := cfg.Body
+	if j.dynamic {
+		body = dynblock.Expand(cfg.schemaBody(), j.context())
+	}
+	if j.fast != nil {
+		fields, clean, ok = j.fast.decodeFields(body, nil, j)
+		if _, reads := j.rs.schema.(AttrReader); ok && !(clean && reads && j.fast.asciiFields) {
+			val = cty.ObjectVal(fields)
+			releaseVals(fields)
+			fields = nil
+		}
+		if ok && checkFastDecode != nil {
+			got := val
+			if fields != nil {
+				got = cty.ObjectVal(fields)
+			}
+			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context(), got, clean)
+		}
+		if ok {
+			return val, fields, clean, true
+		}
+	}
+	val, d := hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context())
+	j.diags = append(j.diags, d...)
+	if d.HasErrors() {
+		j.failed = true
+		return cty.NilVal, nil, false, false
+	}
+	return val, nil, false, true
 }
 
 // schemaBodyOf is the body hcldec decodes: an expanded dynamic body as it is (expanded from
