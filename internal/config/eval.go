@@ -704,7 +704,7 @@ func (e *evaluator) checkCycles() (*graph.Graph, []addrs.Instance) {
 	if !e.diags.HasErrors() && !slices.ContainsFunc(e.instances, func(ri *ResourceInstance) bool { return len(ri.explict) > 0 }) {
 		return nil, nil
 	}
-	g := graph.New()
+	g := graph.NewSized(len(e.instances))
 	for _, ri := range e.instances {
 		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (link)
 	}
