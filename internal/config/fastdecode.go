@@ -25,11 +25,13 @@ import (
 // false, and the caller runs hcldec.Decode, which produces the diagnostics. Expressions are
 // pure (impure functions are not offered), so evaluating one twice is harmless.
 type fastSpec struct {
-	attrs    map[string]*fastAttr // by argument name
-	blocks   map[string]*fastBlock
-	labels   []fastLabel
-	fields   []string // the object's attribute names (the ObjectSpec keys)
-	hideMeta bool     // a resource body: its meta-arguments and lifecycle block are hidden
+	attrs  map[string]*fastAttr // by argument name
+	blocks map[string]*fastBlock
+	// blockList are the blocks in the order of their index
+	blockList []*fastBlock
+	labels    []fastLabel
+	fields    []string // the object's attribute names (the ObjectSpec keys)
+	hideMeta  bool     // a resource body: its meta-arguments and lifecycle block are hidden
 	// asciiFields: every field name is ASCII, which cty.ObjectVal keeps as it is, so that the
 	// fields map answers for the object (DecodeRequest.Attr)
 	asciiFields bool
@@ -91,6 +93,7 @@ func (fa *fastAttr) convert(v cty.Value) (cty.Value, bool) {
 }
 
 type fastBlock struct {
+	index  int // in fastSpec.blockList
 	key    string
 	list   bool // BlockListSpec; else BlockObjectSpec with one label
 	labels int
@@ -163,6 +166,10 @@ func compileFast(spec hcldec.Spec, resourceBody bool) *fastSpec {
 		return nil
 	}
 	fs.asciiFields = !slices.ContainsFunc(fs.fields, func(f string) bool { return !isASCII(f) })
+	for _, fb := range fs.blocks {
+		fb.index = len(fs.blockList)
+		fs.blockList = append(fs.blockList, fb)
+	}
 	return fs
 }
 
@@ -275,9 +282,28 @@ func (fa *fastAttr) value(expr hclsyntax.Expression, sc fastScope) (cty.Value, b
 	return v, lit || !needsScan(v, false), true
 }
 
+// blockVals are the values decodeBlocks collects for one block type.
+type blockVals struct {
+	list []cty.Value          // a BlockListSpec's elements
+	obj  map[string]cty.Value // a BlockObjectSpec's, by label (of valsPool's)
+}
+
 func (fs *fastSpec) decodeBlocks(sb *hclsyntax.Body, sc fastScope, vals map[string]cty.Value) (clean, ok bool) {
-	var lists map[string][]cty.Value
-	var objs map[string]map[string]cty.Value
+	// by fastBlock.index: a node body has three block types
+	var buf [4]blockVals
+	got := buf[:0]
+	if n := len(fs.blockList); n <= len(buf) {
+		got = buf[:n]
+	} else {
+		got = make([]blockVals, n)
+	}
+	defer func() {
+		for _, g := range got {
+			if g.obj != nil {
+				releaseVals(g.obj)
+			}
+		}
+	}()
 	clean = true
 	for _, blk := range sb.Blocks {
 		if fs.hideMeta && blk.Type == "lifecycle" {
@@ -292,30 +318,24 @@ func (fs *fastSpec) decodeBlocks(sb *hclsyntax.Body, sc fastScope, vals map[stri
 			return false, false
 		}
 		clean = clean && c
+		g := &got[fb.index]
 		if fb.list {
-			if lists == nil {
-				lists = map[string][]cty.Value{}
-			}
-			lists[blk.Type] = append(lists[blk.Type], v)
+			g.list = append(g.list, v)
 			continue
 		}
-		if objs == nil {
-			objs = map[string]map[string]cty.Value{}
+		if g.obj == nil {
+			g.obj = valsPool.Get().(map[string]cty.Value)
 		}
-		m := objs[blk.Type]
-		if m == nil {
-			m = map[string]cty.Value{}
-			objs[blk.Type] = m
-		}
-		if _, dup := m[blk.Labels[0]]; dup {
+		if _, dup := g.obj[blk.Labels[0]]; dup {
 			return false, false
 		}
-		m[blk.Labels[0]] = v
+		g.obj[blk.Labels[0]] = v
 	}
-	for name, fb := range fs.blocks {
+	for _, fb := range fs.blockList {
+		g := got[fb.index]
 		switch {
-		case fb.list && len(lists[name]) > 0:
-			elems := lists[name]
+		case fb.list && len(g.list) > 0:
+			elems := g.list
 			if len(elems) < fb.min || fb.max > 0 && len(elems) > fb.max {
 				return false, false
 			}
@@ -329,8 +349,8 @@ func (fs *fastSpec) decodeBlocks(sb *hclsyntax.Body, sc fastScope, vals map[stri
 				}
 			}
 			vals[fb.key] = cty.ListVal(elems)
-		case !fb.list && len(objs[name]) > 0:
-			vals[fb.key] = cty.ObjectVal(objs[name])
+		case !fb.list && len(g.obj) > 0:
+			vals[fb.key] = cty.ObjectVal(g.obj) // copies g.obj
 		default:
 			if fb.min > 0 {
 				return false, false

@@ -138,8 +138,9 @@ func (n *Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnosti
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].Attr < refs[j].Attr })
 	addr := req.Addr // not req in the closures: req holds the decoded value and body, kept alive as long as the closures
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(addr, c) },
-		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(addr, c, n) }, References: refs}, d.list
+	cfg := any(c)    // the one copy of c on the heap: the closures read it too
+	return &config.Decoded{Config: cfg, RefFunc: func() cty.Value { return nodeRef(addr, cfg.(NodeConfig)) },
+		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(addr, cfg.(NodeConfig), n) }, References: refs}, d.list
 }
 
 // decodeNodeArtifacts sets c.Artifact and c.Kernel from their references, checks that the
