@@ -610,3 +610,26 @@ resource "sysbox_node" "b" {
 		t.Fatalf("got %d resources", len(top.Resources))
 	}
 }
+
+// TestMissingArgumentsInOneOrder: hcldec reports a body's missing arguments in the order it
+// meets them in its spec, a map; validate reports them in one order every time (the input
+// FuzzLoadEvaluate found: two runs gave "kind" and "source" in either order).
+func TestMissingArgumentsInOneOrder(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": "resource \"sysbox_artifact\" \"a\" {\n}\n"})
+	var first string
+	for i := 0; i < 20; i++ {
+		_, diags := eval(t, dir, config.Options{ValidateOnly: true})
+		var got string
+		for _, d := range diags {
+			got += d.Error() + "\n"
+		}
+		if i == 0 {
+			first = got
+			if !strings.Contains(got, `"kind"`) || !strings.Contains(got, `"source"`) || strings.Index(got, `"kind"`) > strings.Index(got, `"source"`) {
+				t.Fatalf("got %s, want the missing kind, then source", got)
+			}
+		} else if got != first {
+			t.Fatalf("run %d: got %s, first run %s", i, got, first)
+		}
+	}
+}

@@ -292,6 +292,26 @@ func sortDiags(ds hcl.Diagnostics) {
 	})
 }
 
+// sortSamePlace orders hcldec's diagnostics of one body as sortDiags does, and those at the
+// same place by summary and detail: hcldec checks a spec's arguments in map order, so that two
+// missing arguments were reported in either order from one run to the next.
+func sortSamePlace(ds hcl.Diagnostics) {
+	sort.SliceStable(ds, func(i, j int) bool {
+		a, b := ds[i].Subject, ds[j].Subject
+		switch {
+		case a == nil || b == nil:
+			return a != nil && b == nil
+		case a.Filename != b.Filename:
+			return a.Filename < b.Filename
+		case a.Start.Byte != b.Start.Byte:
+			return a.Start.Byte < b.Start.Byte
+		case ds[i].Summary != ds[j].Summary:
+			return ds[i].Summary < ds[j].Summary
+		}
+		return ds[i].Detail < ds[j].Detail
+	})
+}
+
 type state uint8
 
 const (

@@ -311,6 +311,7 @@ func (j *decodeJob) decodeBody() (val cty.Value, fields map[string]cty.Value, cl
 		}
 	}
 	val, d := hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context())
+	sortSamePlace(d)
 	j.diags = append(j.diags, d...)
 	if d.HasErrors() {
 		j.failed = true
