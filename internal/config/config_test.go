@@ -575,3 +575,61 @@ func TestSubstrateParallelismSetOnlyWhenWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeDecodedFromAttributes: a node (handlers.Node is an AttrReader) whose body needs no
+// scan is decoded from its attributes, not an assembled object; the test hook compares that
+// Decode with one of the assembled value (fastdecode_test.go). A node with a marked value (a
+// secret reference: the scan finds its path) is decoded from its value.
+func TestNodeDecodedFromAttributes(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": `
+resource "sysbox_network" "lan" { ipv4_cidr = "198.51.100.0/24" }
+resource "sysbox_node" "a" {
+  command = ["sleep", "infinity"]
+  attachment "lan" {
+    network = sysbox_network.lan
+    ipv4    = ["198.51.100.2/24"]
+  }
+  route {
+    to  = "default"
+    via = "198.51.100.1"
+  }
+}
+resource "sysbox_node" "b" {
+  environment = { TOKEN = env("TOKEN") }
+}
+`})
+	before := config.AttrDecodes.Load()
+	top, diags := eval(t, dir, config.Options{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if n := config.AttrDecodes.Load() - before; n != 1 {
+		t.Fatalf("%d decodes from attributes, want 1 (node a; b holds a secret reference)", n)
+	}
+	if len(top.Resources) != 3 {
+		t.Fatalf("got %d resources", len(top.Resources))
+	}
+}
+
+// TestMissingArgumentsInOneOrder: hcldec reports a body's missing arguments in the order it
+// meets them in its spec, a map; validate reports them in one order every time (the input
+// FuzzLoadEvaluate found: two runs gave "kind" and "source" in either order).
+func TestMissingArgumentsInOneOrder(t *testing.T) {
+	dir := write(t, map[string]string{"main.sysbox.hcl": "resource \"sysbox_artifact\" \"a\" {\n}\n"})
+	var first string
+	for i := 0; i < 20; i++ {
+		_, diags := eval(t, dir, config.Options{ValidateOnly: true})
+		var got string
+		for _, d := range diags {
+			got += d.Error() + "\n"
+		}
+		if i == 0 {
+			first = got
+			if !strings.Contains(got, `"kind"`) || !strings.Contains(got, `"source"`) || strings.Index(got, `"kind"`) > strings.Index(got, `"source"`) {
+				t.Fatalf("got %s, want the missing kind, then source", got)
+			}
+		} else if got != first {
+			t.Fatalf("run %d: got %s, first run %s", i, got, first)
+		}
+	}
+}

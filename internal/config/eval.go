@@ -42,17 +42,45 @@ type Schemas interface {
 	Types(mode addrs.ResourceMode) []string
 }
 
+// AttrReader is a Schema whose Decode reads the evaluated body with DecodeRequest.Attr only,
+// never DecodeRequest.Value, so that the decoder may hand the body's attributes over without
+// assembling them into one object (a map, a type and a normalised name per attribute, for
+// every instance). Value is then NilVal.
+type AttrReader interface {
+	Schema
+	ReadsAttrs()
+}
+
 // DecodeRequest is one resource instance to decode.
 type DecodeRequest struct {
-	Addr      addrs.Instance
-	Value     cty.Value // the evaluated body: wholly known, marks removed
-	Body      hcl.Body  // for source ranges
+	Addr addrs.Instance
+	// Value is the evaluated body: wholly known, marks removed; NilVal when attrs hold it
+	// (for an AttrReader).
+	Value     cty.Value
+	attrs     map[string]cty.Value // Value's attributes, when Value is not assembled
+	Body      hcl.Body             // for source ranges
 	DeclRange hcl.Range
 	BaseDir   string // the module directory, for relative paths
 	// SecretPaths are the values that came from env() (secret references). A handler accepts
 	// them only where the executor resolves references (e.g. a node's environment) and
 	// rejects them elsewhere.
 	SecretPaths []cty.Path
+}
+
+// Attr returns the evaluated body's attribute name, as Value.GetAttr(name) does; false when
+// the body has no such attribute.
+func (r *DecodeRequest) Attr(name string) (cty.Value, bool) {
+	if r.attrs == nil {
+		if ty := r.Value.Type(); !ty.IsObjectType() || !ty.HasAttribute(name) {
+			return cty.NilVal, false
+		}
+		return r.Value.GetAttr(name), true
+	}
+	if !isASCII(name) {
+		name = cty.NormalizeString(name) // as GetAttr does; the attributes' names are ASCII (asciiFields)
+	}
+	v, ok := r.attrs[name]
+	return v, ok
 }
 
 // Decoded is a handler's result for one instance.
@@ -261,6 +289,26 @@ func sortDiags(ds hcl.Diagnostics) {
 			return a.Filename < b.Filename
 		}
 		return a.Start.Byte < b.Start.Byte
+	})
+}
+
+// sortSamePlace orders hcldec's diagnostics of one body as sortDiags does, and those at the
+// same place by summary and detail: hcldec checks a spec's arguments in map order, so that two
+// missing arguments were reported in either order from one run to the next.
+func sortSamePlace(ds hcl.Diagnostics) {
+	sort.SliceStable(ds, func(i, j int) bool {
+		a, b := ds[i].Subject, ds[j].Subject
+		switch {
+		case a == nil || b == nil:
+			return a != nil && b == nil
+		case a.Filename != b.Filename:
+			return a.Filename < b.Filename
+		case a.Start.Byte != b.Start.Byte:
+			return a.Start.Byte < b.Start.Byte
+		case ds[i].Summary != ds[j].Summary:
+			return ds[i].Summary < ds[j].Summary
+		}
+		return ds[i].Detail < ds[j].Detail
 	})
 }
 
@@ -676,7 +724,7 @@ func (e *evaluator) checkCycles() (*graph.Graph, []addrs.Instance) {
 	if !e.diags.HasErrors() && !slices.ContainsFunc(e.instances, func(ri *ResourceInstance) bool { return len(ri.explict) > 0 }) {
 		return nil, nil
 	}
-	g := graph.New()
+	g := graph.NewSized(len(e.instances))
 	for _, ri := range e.instances {
 		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (link)
 	}

@@ -208,36 +208,35 @@ func (j *decodeJob) errf(summary, format string, args ...any) {
 	j.failed = true
 }
 
+// context is the job's evaluation context, built on first use: a body whose expressions are
+// plain values and whole-resource references needs none (see ref).
+func (j *decodeJob) context() *hcl.EvalContext {
+	if j.ctx == nil {
+		r := rep{}
+		if j.rep != nil {
+			r = *j.rep
+		}
+		j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), r), Functions: j.rs.mi.funcs}
+	}
+	return j.ctx
+}
+
+// ref implements fastScope: TYPE.NAME is the value of the resource its scope resolved.
+func (j *decodeJob) ref(tr hcl.Traversal) (cty.Value, bool) {
+	return j.vars.ref(tr)
+}
+
 func (j *decodeJob) run() {
-	r := rep{}
-	if j.rep != nil {
-		r = *j.rep
-	}
-	j.ctx = &hcl.EvalContext{Variables: withRep(j.vars.get(), r), Functions: j.rs.mi.funcs}
-	spec := j.rs.schema.Spec()
 	cfg, addr := j.rs.cfg, j.ri.Addr
-	// The fast decoder skips the meta-arguments itself; hcldec and dynblock see them hidden.
-	body := cfg.Body
-	if j.dynamic {
-		body = dynblock.Expand(cfg.schemaBody(), j.ctx)
-	}
-	val, ok := cty.NilVal, false
-	if j.fast != nil {
-		val, ok = j.fast.decode(body, nil, j.ctx)
-		if ok && checkFastDecode != nil {
-			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.ctx, val)
-		}
-	}
+	val, fields, clean, ok := j.decodeBody()
 	if !ok {
-		var d hcl.Diagnostics
-		val, d = hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.ctx)
-		j.diags = append(j.diags, d...)
-		if d.HasErrors() {
-			j.failed = true
-			return
-		}
+		return
 	}
-	marked, unknownAt, hasUnknown := scanValue(val)
+	var marked, hasUnknown bool
+	var unknownAt cty.Path
+	if !clean {
+		marked, unknownAt, hasUnknown = scanValue(val)
+	}
 	var pvm []cty.PathValueMarks
 	if marked {
 		val, pvm = val.UnmarkDeepWithPaths()
@@ -266,13 +265,59 @@ func (j *decodeJob) run() {
 	if j.failed {
 		return
 	}
-	dec, d := j.rs.schema.Decode(&DecodeRequest{Addr: addr, Value: val, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.rs.mi.mod.Dir, SecretPaths: secretPaths})
+	req := &DecodeRequest{Addr: addr, Value: val, attrs: fields, Body: cfg.Body, DeclRange: cfg.DeclRange, BaseDir: j.rs.mi.mod.Dir, SecretPaths: secretPaths}
+	dec, d := j.rs.schema.Decode(req)
+	if fields != nil {
+		if checkAttrDecode != nil {
+			checkAttrDecode(j.rs.schema, req, dec, d)
+		}
+		req.attrs = nil
+		releaseVals(fields)
+	}
 	j.diags = append(j.diags, d...)
 	if d.HasErrors() || dec == nil {
 		j.failed = true
 		return
 	}
 	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.refAttr, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.RefAttr, dec.References
+}
+
+// decodeBody evaluates the body: its value, or for an AttrReader its attributes (fields, of
+// valsPool's) when nothing in them needs a scan (the scan reads the value); clean when the
+// value needs no scan; false when hcldec reported errors (in j.diags).
+func (j *decodeJob) decodeBody() (val cty.Value, fields map[string]cty.Value, clean, ok bool) {
+	spec, cfg := j.rs.schema.Spec(), j.rs.cfg
+	// The fast decoder skips the meta-arguments itself; hcldec and dynblock see them hidden.
+	body := cfg.Body
+	if j.dynamic {
+		body = dynblock.Expand(cfg.schemaBody(), j.context())
+	}
+	if j.fast != nil {
+		fields, clean, ok = j.fast.decodeFields(body, nil, j)
+		if _, reads := j.rs.schema.(AttrReader); ok && !(clean && reads && j.fast.asciiFields) {
+			val = cty.ObjectVal(fields)
+			releaseVals(fields)
+			fields = nil
+		}
+		if ok && checkFastDecode != nil {
+			got := val
+			if fields != nil {
+				got = cty.ObjectVal(fields)
+			}
+			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context(), got, clean)
+		}
+		if ok {
+			return val, fields, clean, true
+		}
+	}
+	val, d := hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context())
+	sortSamePlace(d)
+	j.diags = append(j.diags, d...)
+	if d.HasErrors() {
+		j.failed = true
+		return cty.NilVal, nil, false, false
+	}
+	return val, nil, false, true
 }
 
 // schemaBodyOf is the body hcldec decodes: an expanded dynamic body as it is (expanded from
@@ -419,7 +464,7 @@ func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasD
 	if sc == nil {
 		return &lazyVars{}, nil, false
 	}
-	return &lazyVars{b: sc}, sc.deps, sc.failed
+	return newLazyVars(sc), sc.deps, sc.failed
 }
 
 // value is the resource's value for expressions: the instance object (no count/for_each), a
@@ -816,7 +861,7 @@ func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
 			if top && metaArgs[name] {
 				continue // count, for_each, depends_on are handled on their own
 			}
-			out = append(out, a.Expr.Variables()...)
+			out = exprVariables(out, a.Expr)
 		}
 		for _, blk := range sb.Blocks {
 			if top && blk.Type == "lifecycle" {
@@ -827,6 +872,30 @@ func bodyVariables(b hcl.Body, spec hcldec.Spec) []hcl.Traversal {
 	}
 	walk(sb, true)
 	return out
+}
+
+// exprVariables appends expr.Variables() to out. Plain values, references, and templates and
+// tuples of them (most of a topology) are read here, without Variables' walker and its
+// callback; what else they hold goes to Variables. None of these opens a scope of its own
+// (only a for expression does), so what is found beneath them is a reference of the body.
+func exprVariables(out []hcl.Traversal, expr hclsyntax.Expression) []hcl.Traversal {
+	switch e := expr.(type) {
+	case *hclsyntax.LiteralValueExpr:
+		return out
+	case *hclsyntax.ScopeTraversalExpr:
+		return append(out, e.Traversal)
+	case *hclsyntax.TemplateExpr:
+		for _, p := range e.Parts {
+			out = exprVariables(out, p)
+		}
+		return out
+	case *hclsyntax.TupleConsExpr:
+		for _, x := range e.Exprs {
+			out = exprVariables(out, x)
+		}
+		return out
+	}
+	return append(out, expr.Variables()...)
 }
 
 // needsScan reports whether v holds a mark or a value known only after apply outside

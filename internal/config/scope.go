@@ -122,11 +122,24 @@ func (e *evaluator) resolve(mi *modInst, travs []hcl.Traversal, allowed repKind)
 // lazyVars are the variables of a resource's decode jobs, assembled by the first job that
 // runs (once for all instances of the resource, as scope did) rather than when the job is
 // made: a deferred job then holds its few resolved values until it runs, not the assembled
-// maps and objects (about 1 KB per instance, held by every job until all had run).
+// maps and objects (about 1 KB per instance, held by every job until all had run). A job whose
+// expressions are plain values and whole-resource references never assembles them (ref).
 type lazyVars struct {
 	once sync.Once
 	b    *scopeBuilder // nil: no references
 	vars map[string]cty.Value
+	// full are the resources referenced as a whole, when ref may read them: every resource
+	// name in the scope is ASCII, which cty leaves as it is (it normalises attribute names to
+	// NFC, so that two names of other scripts could be one attribute of the assembled object).
+	full []fullRef
+}
+
+func newLazyVars(b *scopeBuilder) *lazyVars {
+	l := &lazyVars{b: b}
+	if b != nil && b.asciiResources() {
+		l.full = b.full
+	}
+	return l
 }
 
 func (l *lazyVars) get() map[string]cty.Value {
@@ -136,6 +149,55 @@ func (l *lazyVars) get() map[string]cty.Value {
 		}
 	})
 	return l.vars
+}
+
+// ref is the value TYPE.NAME (two steps, a whole resource) has in the variables get assembles:
+// finish puts each whole resource's value at vars[TYPE][NAME], over any attributes of it
+// referenced alone, the last of one name last. False when the traversal is not of that form
+// or names no resource referenced as a whole here.
+func (l *lazyVars) ref(tr hcl.Traversal) (cty.Value, bool) {
+	if len(tr) != 2 || len(l.full) == 0 {
+		return cty.NilVal, false
+	}
+	root, ok := tr[0].(hcl.TraverseRoot)
+	if !ok {
+		return cty.NilVal, false
+	}
+	attr, ok := tr[1].(hcl.TraverseAttr)
+	if !ok {
+		return cty.NilVal, false
+	}
+	for i := len(l.full) - 1; i >= 0; i-- {
+		k := l.full[i].key
+		if len(k) == len(root.Name)+1+len(attr.Name) && k[len(root.Name)] == '.' && strings.HasPrefix(k, root.Name) && strings.HasSuffix(k, attr.Name) {
+			return l.full[i].val, true
+		}
+	}
+	return cty.NilVal, false
+}
+
+// asciiResources reports whether every resource key the builder holds is ASCII.
+func (b *scopeBuilder) asciiResources() bool {
+	for _, f := range b.full {
+		if !isASCII(f.key) {
+			return false
+		}
+	}
+	for k := range b.partial {
+		if !isASCII(k) {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func (b *scopeBuilder) fail(tr hcl.Traversal, summary, format string, args ...any) {

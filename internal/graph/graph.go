@@ -20,11 +20,20 @@ type Graph struct {
 	deps  [][]int // node → nodes it depends on
 	rdeps [][]int // node → nodes that depend on it
 
-	shared map[sharedList][]int // ConnectShared: node ids of lists seen
+	// ConnectShared: the node ids of the last list it was given (the nodes that share a list,
+	// the instances of one resource, come one after another)
+	last    sharedList
+	lastIDs []int
 }
 
 // New returns an empty graph.
 func New() *Graph { return &Graph{index: map[string]int{}} }
+
+// NewSized returns an empty graph with room for n nodes (their index, adjacency lists).
+func NewSized(n int) *Graph {
+	return &Graph{index: make(map[string]int, n), nodes: make([]addrs.Instance, 0, n),
+		deps: make([][]int, 0, n), rdeps: make([][]int, 0, n)}
+}
 
 // Add adds a node (idempotent) and returns its id.
 func (g *Graph) Add(a addrs.Instance) int {
@@ -59,24 +68,23 @@ func (g *Graph) ConnectAll(from addrs.Instance, to []addrs.Instance) {
 }
 
 // ConnectShared is ConnectAll for dependency lists shared between nodes (config gives the
-// instances of one resource one list): the nodes of a list, recognised by its backing array and
-// length, are looked up once. A list passed here must not be modified while g is being built.
+// instances of one resource one list): the nodes of a list given again right after (recognised
+// by its backing array and length) are not looked up again. A list passed here must not be
+// modified while g is being built. (Only the last list is remembered: a map of every list was
+// an entry per node where no list is shared, as in a chain of single-instance resources.)
 func (g *Graph) ConnectShared(from addrs.Instance, to []addrs.Instance) {
 	f := g.Add(from)
 	if len(to) == 0 {
 		return
 	}
 	k := sharedList{&to[0], len(to)}
-	ids, ok := g.shared[k]
-	if !ok {
+	ids := g.lastIDs
+	if k != g.last || ids == nil {
 		ids = make([]int, len(to))
 		for i, a := range to {
 			ids[i] = g.Add(a)
 		}
-		if g.shared == nil {
-			g.shared = map[sharedList][]int{}
-		}
-		g.shared[k] = ids
+		g.last, g.lastIDs = k, ids
 	}
 	if len(g.deps[f]) == 0 {
 		g.deps[f] = ids[:len(ids):len(ids)] // shared by every node of this list; an append copies

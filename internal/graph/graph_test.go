@@ -284,18 +284,30 @@ func TestConnectAllEqualsConnect(t *testing.T) {
 	}
 }
 
-// TestConnectSharedList: two nodes given the same list both get its edges.
+// TestConnectSharedList: nodes given the same list all get its edges, also when another list
+// comes between them, and in a graph made by NewSized.
 func TestConnectSharedList(t *testing.T) {
 	deps := []addrs.Instance{a("x.net[0]"), a("x.net[1]")}
-	g := New()
-	g.ConnectShared(a("x.n[0]"), deps)
-	g.ConnectShared(a("x.n[1]"), deps)
-	for _, n := range []string{"x.n[0]", "x.n[1]"} {
-		if got, want := names(g.DependenciesOf(a(n))), "x.net[0] x.net[1]"; got != want {
-			t.Errorf("%s depends on: got %q, want %q", n, got, want)
+	other := []addrs.Instance{a("x.net[1]"), a("x.m")}
+	for name, g := range map[string]*Graph{"New": New(), "NewSized": NewSized(2)} {
+		g.ConnectShared(a("x.n[0]"), deps)
+		g.ConnectShared(a("x.n[1]"), deps)
+		g.ConnectShared(a("x.o"), other)
+		g.ConnectShared(a("x.p"), other[:1]) // the same array, another length: not the same list
+		g.ConnectShared(a("x.n[2]"), deps)
+		for _, n := range []string{"x.n[0]", "x.n[1]", "x.n[2]"} {
+			if got, want := names(g.DependenciesOf(a(n))), "x.net[0] x.net[1]"; got != want {
+				t.Errorf("%s: %s depends on: got %q, want %q", name, n, got, want)
+			}
 		}
-	}
-	if got, want := names(g.DependentsOf(a("x.net[1]"))), "x.n[0] x.n[1]"; got != want {
-		t.Errorf("x.net[1] dependents: got %q, want %q", got, want)
+		if got, want := names(g.DependenciesOf(a("x.o"))), "x.m x.net[1]"; got != want {
+			t.Errorf("%s: x.o depends on: got %q, want %q", name, got, want)
+		}
+		if got, want := names(g.DependenciesOf(a("x.p"))), "x.net[1]"; got != want {
+			t.Errorf("%s: x.p depends on: got %q, want %q", name, got, want)
+		}
+		if got, want := names(g.DependentsOf(a("x.net[1]"))), "x.n[0] x.n[1] x.n[2] x.o x.p"; got != want {
+			t.Errorf("%s: x.net[1] dependents: got %q, want %q", name, got, want)
+		}
 	}
 }

@@ -115,25 +115,42 @@ func attrPath(p cty.Path) string {
 	return b.String()
 }
 
-// str reads an optional string attribute of obj ("" when null).
-func str(obj cty.Value, name string) string {
-	if !obj.Type().IsObjectType() || !obj.Type().HasAttribute(name) {
-		return ""
+// attrs reads the attributes of an evaluated object: a decode request's body
+// (config.DecodeRequest.Attr, which the decoder may hand over without assembling the object)
+// or a cty object value (object).
+type attrs interface {
+	Attr(name string) (cty.Value, bool)
+}
+
+var _ attrs = (*config.DecodeRequest)(nil)
+
+// object is the attrs of a cty value; a value that is not an object has none.
+type object struct{ v cty.Value }
+
+func (o object) Attr(name string) (cty.Value, bool) {
+	if !o.v.Type().IsObjectType() || !o.v.Type().HasAttribute(name) {
+		return cty.NilVal, false
 	}
-	v := obj.GetAttr(name)
-	if v.IsNull() || !v.IsKnown() || v.Type() != cty.String {
+	return o.v.GetAttr(name), true
+}
+
+// str reads an optional string attribute of obj ("" when null).
+func str(obj cty.Value, name string) string { return attrStr(object{obj}, name) }
+
+func attrStr(obj attrs, name string) string {
+	v, ok := obj.Attr(name)
+	if !ok || v.IsNull() || !v.IsKnown() || v.Type() != cty.String {
 		return ""
 	}
 	return v.AsString()
 }
 
 // num reads an optional whole-number attribute (0 when null).
-func num(obj cty.Value, name string) (int, bool) {
-	if !obj.Type().HasAttribute(name) {
-		return 0, true
-	}
-	v := obj.GetAttr(name)
-	if v.IsNull() {
+func num(obj cty.Value, name string) (int, bool) { return attrNum(object{obj}, name) }
+
+func attrNum(obj attrs, name string) (int, bool) {
+	v, ok := obj.Attr(name)
+	if !ok || v.IsNull() {
 		return 0, true
 	}
 	i, acc := v.AsBigFloat().Int64()
@@ -143,12 +160,11 @@ func num(obj cty.Value, name string) (int, bool) {
 	return int(i), true
 }
 
-func strList(obj cty.Value, name string) []string {
-	if !obj.Type().HasAttribute(name) {
-		return nil
-	}
-	v := obj.GetAttr(name)
-	if v.IsNull() {
+func strList(obj cty.Value, name string) []string { return attrStrList(object{obj}, name) }
+
+func attrStrList(obj attrs, name string) []string {
+	v, ok := obj.Attr(name)
+	if !ok || v.IsNull() {
 		return nil
 	}
 	var out []string
@@ -161,12 +177,9 @@ func strList(obj cty.Value, name string) []string {
 	return out
 }
 
-func strMap(obj cty.Value, name string) map[string]string {
-	if !obj.Type().HasAttribute(name) {
-		return nil
-	}
-	v := obj.GetAttr(name)
-	if v.IsNull() || v.LengthInt() == 0 {
+func attrStrMap(obj attrs, name string) map[string]string {
+	v, ok := obj.Attr(name)
+	if !ok || v.IsNull() || v.LengthInt() == 0 {
 		return nil
 	}
 	out := map[string]string{}
@@ -182,11 +195,12 @@ func strMap(obj cty.Value, name string) map[string]string {
 // ref reads a reference attribute: a resource object (sysbox_network.lan, whose "address" is
 // used) or a canonical address string. want is the expected resource type.
 func ref(d *diags, obj cty.Value, name, want string, rng hcl.Range) (addrs.Instance, cty.Value, bool) {
-	if !obj.Type().HasAttribute(name) {
-		return addrs.Instance{}, cty.NilVal, false
-	}
-	v := obj.GetAttr(name)
-	if v.IsNull() {
+	return attrRef(d, object{obj}, name, want, rng)
+}
+
+func attrRef(d *diags, obj attrs, name, want string, rng hcl.Range) (addrs.Instance, cty.Value, bool) {
+	v, ok := obj.Attr(name)
+	if !ok || v.IsNull() {
 		return addrs.Instance{}, cty.NilVal, false
 	}
 	var s string
@@ -257,7 +271,16 @@ func oneOf(v string, allowed ...string) bool {
 func defaultMAC(addr addrs.Instance, attachment string) string {
 	sum := sha256.Sum256([]byte(addr.String() + "\x00" + attachment))
 	sum[0] = sum[0]&0xfc | 0x02
-	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", sum[0], sum[1], sum[2], sum[3], sum[4], sum[5])
+	// "%02x:%02x:%02x:%02x:%02x:%02x" of sum[:6], without fmt's reflection (once per attachment)
+	const hexDigits = "0123456789abcdef"
+	var b [17]byte
+	for i, x := range sum[:6] {
+		if i > 0 {
+			b[3*i-1] = ':'
+		}
+		b[3*i], b[3*i+1] = hexDigits[x>>4], hexDigits[x&0xf]
+	}
+	return string(b[:])
 }
 
 // attrRule says what a change of one stored attribute does.

@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -372,5 +373,59 @@ func TestNodeDriverSpecRefusesNullAttachment(t *testing.T) {
 	spec, err := (&handlers.Node{}).DriverSpec(json.RawMessage(`{"driver":"netns","attachment":{"lan":{"network":"sysbox_network.lan","mac":"02:00:00:00:00:01"}}}`), nil)
 	if err != nil || spec.Node == nil || len(spec.Node.Attachments) != 1 || spec.Node.Attachments[0].Network.String() != "sysbox_network.lan" {
 		t.Fatalf("got %+v, %v; want one attachment to sysbox_network.lan", spec.Node, err)
+	}
+}
+
+// TestAttachmentReferenceNamesItsLabel: the attribute a network reference is reported under
+// quotes the attachment's label as %q does (node.go writes it with strconv.Quote).
+func TestAttachmentReferenceNamesItsLabel(t *testing.T) {
+	dir := t.TempDir()
+	src := "resource \"sysbox_node\" \"a\" {\n  attachment \"l\\\"é\\tx\" { network = \"sysbox_network.missing\" }\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, s, diags := config.Load(dir)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	_, diags = config.Evaluate(m, s, config.Options{Schemas: handlers.Builtin()})
+	want := "sysbox_node.a: " + fmt.Sprintf("attachment[%q].network", "l\"é\tx") + " names sysbox_network.missing, which the configuration does not declare"
+	if len(diags) != 1 || diags[0].Detail != want {
+		t.Fatalf("got %v, want one error %q", diags, want)
+	}
+}
+
+// TestUnknownAttachmentListsTheNodesInOrder: the attachments a router or firewall could have
+// named are listed sorted, the same every run (they were listed in map order).
+func TestUnknownAttachmentListsTheNodesInOrder(t *testing.T) {
+	dir := t.TempDir()
+	src := `
+resource "sysbox_network" "lan" { ipv4_cidr = "198.51.100.0/24" }
+resource "sysbox_node" "gw" {
+  attachment "lan" { network = sysbox_network.lan }
+  attachment "an" { network = sysbox_network.lan }
+  attachment "mgmt" { network = sysbox_network.lan }
+}
+resource "sysbox_router" "edge" {
+  node = sysbox_node.gw
+  masquerade {
+    out_attachment = "wan"
+    source         = "198.51.100.0/24"
+  }
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.sysbox.hcl"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := `sysbox_router.edge: masquerade 0: the node has no attachment "wan" (it has [an lan mgmt])`
+	for i := 0; i < 20; i++ {
+		m, s, diags := config.Load(dir)
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		_, diags = config.Evaluate(m, s, config.Options{Schemas: handlers.Builtin()})
+		if len(diags) != 1 || diags[0].Detail != want {
+			t.Fatalf("run %d: got %v, want one error %q", i, diags, want)
+		}
 	}
 }

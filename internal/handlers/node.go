@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"regexp"
 	"sort"
+	"strconv"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hcldec"
@@ -110,12 +111,17 @@ var nodeSpec = hcldec.ObjectSpec{
 	}},
 }
 
+// ReadsAttrs implements config.AttrReader: Decode reads the body with req.Attr only.
+func (*Node) ReadsAttrs() {}
+
+var _ config.AttrReader = (*Node)(nil)
+
 // Decode implements config.Schema.
 func (n *Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnostics) {
 	d := newDiags(req)
-	v := req.Value
+	var v attrs = req // never req.Value (ReadsAttrs)
 	d.checkSecrets(req, "environment", "provisioner")
-	c := NodeConfig{Driver: str(v, "driver"), Command: strList(v, "command"), Environment: strMap(v, "environment"), Hostname: str(v, "hostname")}
+	c := NodeConfig{Driver: attrStr(v, "driver"), Command: attrStrList(v, "command"), Environment: attrStrMap(v, "environment"), Hostname: attrStr(v, "hostname")}
 	if c.Driver == "" {
 		c.Driver = "netns"
 	}
@@ -132,16 +138,17 @@ func (n *Node) Decode(req *config.DecodeRequest) (*config.Decoded, hcl.Diagnosti
 	}
 	sort.Slice(refs, func(i, j int) bool { return refs[i].Attr < refs[j].Attr })
 	addr := req.Addr // not req in the closures: req holds the decoded value and body, kept alive as long as the closures
-	return &config.Decoded{Config: c, RefFunc: func() cty.Value { return nodeRef(addr, c) },
-		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(addr, c, n) }, References: refs}, d.list
+	cfg := any(c)    // the one copy of c on the heap: the closures read it too
+	return &config.Decoded{Config: cfg, RefFunc: func() cty.Value { return nodeRef(addr, cfg.(NodeConfig)) },
+		RefAttr: func(n string) (cty.Value, bool) { return nodeAttr(addr, cfg.(NodeConfig), n) }, References: refs}, d.list
 }
 
 // decodeNodeArtifacts sets c.Artifact and c.Kernel from their references, checks that the
 // driver gets the artifact kinds it needs, and returns the references.
-func decodeNodeArtifacts(d *diags, v cty.Value, c *NodeConfig) []config.Reference {
+func decodeNodeArtifacts(d *diags, v attrs, c *NodeConfig) []config.Reference {
 	var refs []config.Reference
 	artKind := func(name string) (string, bool) {
-		a, obj, ok := ref(d, v, name, "sysbox_artifact", d.attr(name))
+		a, obj, ok := attrRef(d, v, name, "sysbox_artifact", d.attr(name))
 		if !ok {
 			return "", false
 		}
@@ -193,12 +200,12 @@ func decodeNodeArtifacts(d *diags, v cty.Value, c *NodeConfig) []config.Referenc
 }
 
 // checkNodeScalars sets and checks cpus and memory_mb, and checks hostname and environment keys.
-func checkNodeScalars(d *diags, v cty.Value, c *NodeConfig) {
+func checkNodeScalars(d *diags, v attrs, c *NodeConfig) {
 	var ok bool
-	if c.CPUs, ok = num(v, "cpus"); !ok || c.CPUs < 0 || c.CPUs > 256 {
+	if c.CPUs, ok = attrNum(v, "cpus"); !ok || c.CPUs < 0 || c.CPUs > 256 {
 		d.add(d.attr("cpus"), "Invalid cpus", "cpus must be a whole number from 1 to 256")
 	}
-	if c.MemoryMB, ok = num(v, "memory_mb"); !ok || c.MemoryMB < 0 || c.MemoryMB > 1<<20 {
+	if c.MemoryMB, ok = attrNum(v, "memory_mb"); !ok || c.MemoryMB < 0 || c.MemoryMB > 1<<20 {
 		d.add(d.attr("memory_mb"), "Invalid memory_mb", "memory_mb must be a whole number of MiB")
 	}
 	if c.Hostname != "" && !hostnameRE.MatchString(c.Hostname) {
@@ -213,9 +220,9 @@ func checkNodeScalars(d *diags, v cty.Value, c *NodeConfig) {
 
 // decodeAttachments sets c.Attachments (addresses inside their network, MAC derived when not
 // configured) and returns the network references.
-func decodeAttachments(d *diags, req *config.DecodeRequest, v cty.Value, c *NodeConfig) []config.Reference {
+func decodeAttachments(d *diags, req *config.DecodeRequest, v attrs, c *NodeConfig) []config.Reference {
 	var refs []config.Reference
-	if atts := v.GetAttr("attachment"); !atts.IsNull() && atts.LengthInt() > 0 {
+	if atts, _ := v.Attr("attachment"); !atts.IsNull() && atts.LengthInt() > 0 {
 		c.Attachments = make(map[string]*Attachment, atts.LengthInt())
 		for it := atts.ElementIterator(); it.Next(); {
 			nv, av := it.Element()
@@ -225,7 +232,7 @@ func decodeAttachments(d *diags, req *config.DecodeRequest, v cty.Value, c *Node
 			na, nobj, ok := ref(d, av, "network", "sysbox_network", nrng)
 			if ok {
 				at.Network = na.String()
-				refs = append(refs, config.Reference{Addr: na, Attr: fmt.Sprintf("attachment[%q].network", name), Range: nrng})
+				refs = append(refs, config.Reference{Addr: na, Attr: "attachment[" + strconv.Quote(name) + "].network", Range: nrng}) // %q is strconv.Quote
 			}
 			var netPrefix netip.Prefix
 			if nobj != cty.NilVal {
@@ -267,8 +274,8 @@ func decodeAttachments(d *diags, req *config.DecodeRequest, v cty.Value, c *Node
 }
 
 // decodeRoutes sets c.Routes ("default" is 0.0.0.0/0).
-func decodeRoutes(d *diags, v cty.Value, c *NodeConfig) {
-	if rs := v.GetAttr("route"); !rs.IsNull() {
+func decodeRoutes(d *diags, v attrs, c *NodeConfig) {
+	if rs, _ := v.Attr("route"); !rs.IsNull() {
 		i := 0
 		for it := rs.ElementIterator(); it.Next(); i++ {
 			_, rv := it.Element()
@@ -288,8 +295,8 @@ func decodeRoutes(d *diags, v cty.Value, c *NodeConfig) {
 }
 
 // decodeProvisioners sets c.Provisioner (exec only, with a command).
-func decodeProvisioners(d *diags, v cty.Value, c *NodeConfig) {
-	if ps := v.GetAttr("provisioner"); !ps.IsNull() {
+func decodeProvisioners(d *diags, v attrs, c *NodeConfig) {
+	if ps, _ := v.Attr("provisioner"); !ps.IsNull() {
 		i := 0
 		for it := ps.ElementIterator(); it.Next(); i++ {
 			_, pv := it.Element()

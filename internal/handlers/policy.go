@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -93,6 +94,7 @@ func checkAttachment(d *diags, rng hcl.Range, what, name string, atts map[string
 	for k := range atts {
 		known = append(known, k)
 	}
+	sort.Strings(known) // map order: the message changed from run to run
 	d.add(rng, "Unknown attachment", "%s: the node has no attachment %q (it has %v)", what, name, known)
 }
 

@@ -182,7 +182,7 @@ func dependencyOrder(top *config.Topology, desired []*config.ResourceInstance) (
 			return g, order, nil
 		}
 	}
-	g := graph.New()
+	g := graph.NewSized(len(desired))
 	for _, ri := range desired {
 		g.ConnectShared(ri.Addr, ri.DependsOn) // instances of a resource share one list (config)
 	}
