@@ -9,7 +9,10 @@
 # Needs root, dockerd, the docker CLI and /bin/busybox (busybox-static).
 #   N=100 NETS=5 PAR=8 ROUNDS=1 bench/docker/cli.sh
 # SYSBOX_BIN=PATH measures that binary instead of building this tree's; SYSBOX_FLAGS adds flags
-# to its apply and destroy (e.g. SYSBOX_FLAGS="-parallelism 16").
+# to its apply and destroy (e.g. SYSBOX_FLAGS="-parallelism 16"). BASE_BIN=PATH (a binary built
+# from the commit to compare with) alternates: each round measures it ("base" lines) and then
+# this tree's or SYSBOX_BIN's ("new" lines), each with its own peer run, so that both see the
+# same load; the last line gives the medians of the destroy ratios.
 # CALLS=1 sends both sides through bench/docker/apicount, a counting proxy of the Engine API
 # (DOCKER_HOST for sysbox and the docker CLI alike), and after each phase prints its API calls per
 # container and the calls by route; the timings then include the proxy.
@@ -35,6 +38,8 @@ cleanup() {
 }
 trap cleanup EXIT
 if [ -n "${SYSBOX_BIN:-}" ]; then cp "$SYSBOX_BIN" "$work/sysbox"; else (cd "$here/../.." && go build -o "$work/sysbox" ./cmd/sysbox); fi
+bins=sysbox
+if [ -n "${BASE_BIN:-}" ]; then cp "$BASE_BIN" "$work/sysbox-base"; bins="sysbox-base sysbox"; fi
 seen=0
 if [ "$calls" = 1 ]; then
   (cd "$here/../.." && go build -o "$work/apicount" ./bench/docker/apicount)
@@ -102,9 +107,11 @@ now() { date +%s.%N; }
 cd "$work/lab"
 if [ "$calls" = 1 ]; then seen=$(wc -l <"$work/api.log") dcpu0=$(daemon_cpu); fi  # the image import is not a phase
 for r in $(seq 1 "$rounds"); do
-  read -r aw ac am < <(timed "$work/sysbox" apply -auto-approve ${SYSBOX_FLAGS:-})
+ for bin in $bins; do
+  label=; [ -n "${BASE_BIN:-}" ] && { [ "$bin" = sysbox ] && label="new  " || label="base "; }
+  read -r aw ac am < <(timed "$work/$bin" apply -auto-approve ${SYSBOX_FLAGS:-})
   calls_of "apply: sysbox"
-  read -r dw dc dm < <(timed "$work/sysbox" destroy -auto-approve ${SYSBOX_FLAGS:-})
+  read -r dw dc dm < <(timed "$work/$bin" destroy -auto-approve ${SYSBOX_FLAGS:-})
   calls_of "destroy: sysbox"
   t0=$(now)
   seq 1 "$n" | xargs -P "$par" -I{} docker run -d --init --network none "$tag" sleep 3600 >"$work/ids"
@@ -116,6 +123,14 @@ for r in $(seq 1 "$rounds"); do
   calls_of "destroy: docker-rm-f-all"
   : >"$work/ids"
   pa=$(echo "$t1 - $t0" | bc) pd=$(echo "$t2 - $t1b" | bc)
-  echo "round $r containers=$n networks=$nets apply: sysbox ${aw}s (cpu ${ac}s, rss ${am}MB) docker-run-x$par $(printf %.2f "$pa")s ratio $(echo "scale=3; $aw / $pa" | bc)"
-  echo "round $r containers=$n networks=$nets destroy: sysbox ${dw}s (cpu ${dc}s, rss ${dm}MB) docker-rm-f-all $(printf %.2f "$pd")s ratio $(echo "scale=3; $dw / $pd" | bc)"
+  dr=$(echo "scale=3; $dw / $pd" | bc)
+  echo "$dr" >>"$work/ratios.$bin"
+  echo "${label}round $r containers=$n networks=$nets apply: sysbox ${aw}s (cpu ${ac}s, rss ${am}MB) docker-run-x$par $(printf %.2f "$pa")s ratio $(echo "scale=3; $aw / $pa" | bc)"
+  echo "${label}round $r containers=$n networks=$nets destroy: sysbox ${dw}s (cpu ${dc}s, rss ${dm}MB) docker-rm-f-all $(printf %.2f "$pd")s ratio $dr load $(cut -d' ' -f1 /proc/loadavg)"
+ done
 done
+# median FILE: the median of the numbers in FILE, one a line.
+median() { sort -n "$1" | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+if [ -n "${BASE_BIN:-}" ]; then
+  echo "medians of $rounds destroy ratios: base $(median "$work/ratios.sysbox-base") new $(median "$work/ratios.sysbox")"
+fi

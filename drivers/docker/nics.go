@@ -60,19 +60,31 @@ func (d *Driver) Attach(ctx context.Context, node substrate.Handle, spec substra
 	}
 	p := nicPrivate{HostIf: hostIfName(spec.Owner, spec.Name), GuestIf: guestIfName(spec.Name),
 		Bridge: spec.Network.ExternalID, Marker: spec.Owner.Marker()}
+	// The NIC record is written before the veth exists, so that every host link this driver
+	// may have made for the container is named in it, even after a crash mid-wiring:
+	// DeleteNode removes exactly the recorded links instead of listing every host link.
+	if err := d.updateSidecar(r.ID, spec.Owner, func(n map[string]nicPrivate) { n[spec.Name] = p }); err != nil {
+		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
+	}
+	unrecord := func(err error) error {
+		// Nothing is wired (wireVeth and the cleanup below remove what they made): drop the record.
+		if uerr := d.updateSidecar(r.ID, spec.Owner, func(n map[string]nicPrivate) { delete(n, spec.Name) }); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("drop the record of the NIC not wired: %w", uerr))
+		}
+		return fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
+	}
 	err = wireVeth(r.Pid, vethSpec{HostIf: p.HostIf, GuestIf: p.GuestIf, Bridge: p.Bridge, MAC: mac,
 		MTU: spec.MTU, Alias: nicAlias(spec.Owner, spec.Name)})
 	if err != nil {
-		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
+		return substrate.AttachmentState{}, unrecord(err)
 	}
 	// Addresses go on with the wiring (as the netns driver does), so a NIC re-attached during
 	// recovery answers even before ConfigureGuestNetwork runs again; gateway and routes follow there.
 	if err := linuxnet.ConfigureGuest(ctx, linuxnet.PidNetns(r.Pid), []linuxnet.GuestInterface{{Name: p.GuestIf, IPv4: spec.IPv4}}, nil); err != nil {
-		_ = deleteHostLink(p.HostIf, nicAlias(spec.Owner, spec.Name))
-		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
-	}
-	if err := d.updateSidecar(r.ID, spec.Owner, func(n map[string]nicPrivate) { n[spec.Name] = p }); err != nil {
-		return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(r.ID), err)
+		if derr := deleteHostLink(p.HostIf, nicAlias(spec.Owner, spec.Name)); derr != nil {
+			return substrate.AttachmentState{}, fmt.Errorf("%s: container %s: %w", what, short(r.ID), errors.Join(err, derr))
+		}
+		return substrate.AttachmentState{}, unrecord(err)
 	}
 	return substrate.AttachmentState{Name: spec.Name, MAC: mac.String(), IPv4: spec.IPv4, Gateway: spec.Gateway,
 		Private: nicEnvelope(p)}, nil

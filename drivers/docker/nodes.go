@@ -357,30 +357,52 @@ func (d *Driver) DeleteNode(ctx context.Context, h substrate.Handle, owner subst
 	what := "node " + owner.Address + ": delete"
 	id, err := d.ownedID(ctx, what, h, owner)
 	if errors.Is(err, driver.ErrNotFound) {
-		if err := removeHostLinksOf(owner); err != nil {
+		if err := d.removeRecordedLinks(h.ExternalID, owner); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		return d.removeSidecar(h.ExternalID)
+		return nil
 	}
 	if err != nil {
 		return err
 	}
 	// The container first: a daemon that cannot remove it leaves its NICs wired. Its namespace
-	// going takes the veth pairs with it, but asynchronously, so the host sides still there are
-	// removed here (a pair the kernel removes meanwhile is gone, not an error).
+	// going takes the veth pairs with it, but asynchronously, so the host sides of NICs not
+	// detached before (wired, but their attachment never reached state) are removed here.
 	err = d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errdefs.IsNotFound(err) {
 		return apiErr(fmt.Sprintf("%s: container %s", what, short(id)), err)
 	}
 	d.owners.forget(id)
 	d.live.forget(id)
-	if err := removeHostLinksOf(owner); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err := d.removeSidecar(id); err != nil {
+	if err := d.removeRecordedLinks(id, owner); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// removeRecordedLinks removes the host sides of the NICs containerID's record names for owner
+// (Attach records a NIC before wiring it; Detach drops it once its pair is gone), then the
+// record. A recorded link that is missing is gone already (the kernel takes a pair with its
+// namespace); one that does not carry the NIC's alias is not provably ours and is left alone,
+// as the residue audit, which lists every host link carrying a topology's markers, leaves it.
+func (d *Driver) removeRecordedLinks(containerID string, owner substrate.Owner) error {
+	sc, err := d.readSidecar(containerID)
+	if err != nil {
+		return err
+	}
+	if sc.Marker == owner.Marker() {
+		names := make([]string, 0, len(sc.NICs))
+		for name := range sc.NICs {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if err := deleteHostLinkIfMarked(sc.NICs[name].HostIf, nicAlias(owner, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return d.removeSidecar(containerID)
 }
 
 // maxExecOutput bounds each captured stream of a guest command.

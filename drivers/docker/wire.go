@@ -190,6 +190,16 @@ func deleteHostLink(hostIf, alias string) error {
 	return nil
 }
 
+// deleteHostLinkIfMarked removes the host side (and so the pair) if it carries alias; a missing
+// link, or one carrying another alias (not provably this NIC), is left as it is.
+func deleteHostLinkIfMarked(hostIf, alias string) error {
+	err := deleteHostLink(hostIf, alias)
+	if errors.Is(err, driver.ErrNotOwned) {
+		return nil
+	}
+	return err
+}
+
 // markedLink is a link whose alias is a sysbox NIC alias.
 type markedLink struct {
 	Name       string

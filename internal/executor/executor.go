@@ -673,47 +673,6 @@ func (e *Executor) pools(actions []Action) func(i int) chan struct{} {
 	}
 }
 
-// schedule runs fn for each item once every item it waits for has finished, at most as many at
-// a time as its pool holds; an item whose prerequisite failed, or that has not started when the
-// run became unfinishable, is skipped (skip is called with the reason).
-func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, name func(int) string, pool func(int) chan struct{}, failed func(int) bool, fn func(int), skip func(i int, reason error)) {
-	if len(items) == 0 {
-		return
-	}
-	done := make(map[int]chan struct{}, len(items))
-	for _, i := range items {
-		done[i] = make(chan struct{})
-	}
-	var wg sync.WaitGroup
-	for _, i := range items {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer close(done[i])
-			for _, j := range after[i] {
-				<-done[j]
-				if failed(j) {
-					skip(i, fmt.Errorf("dependency %s failed", name(j)))
-					return
-				}
-			}
-			sem := pool(i)
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if err := r.fatalErr(); err != nil {
-				skip(i, fmt.Errorf("not started: %w", err))
-				return
-			}
-			if err := ctx.Err(); err != nil {
-				skip(i, fmt.Errorf("not started: %w", err))
-				return
-			}
-			fn(i)
-		}(i)
-	}
-	wg.Wait()
-}
-
 func (r *run) fatalErr() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
