@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
 )
@@ -87,6 +88,7 @@ func (d *Driver) updateSidecar(containerID string, owner substrate.Owner, fn fun
 	if err != nil {
 		return err
 	}
+	linuxnet.PrepareStateDir(d.stateDir) // before the first record below the runtime root
 	if err := durable.MkdirAll(d.stateDir, 0o700); err != nil {
 		return fmt.Errorf("NIC record: %w", err)
 	}

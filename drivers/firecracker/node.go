@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/durable"
 	"zyvor.dev/sysbox/pkg/substrate"
@@ -25,6 +26,7 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 // createNode creates spec's generation; with prior (a reset), from prior's snapshot when it
 // has a fitting one: then the process stays unconfigured until StartNode loads the snapshot.
 func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior *nodeRecord) (substrate.Handle, error) {
+	linuxnet.PrepareStateDir(d.stateDir) // before the first record below the runtime root
 	o := spec.Owner
 	if !o.Complete() {
 		return substrate.Handle{}, fmt.Errorf("firecracker node: incomplete owner %+v: %w", o, driver.ErrInvalid)

@@ -94,6 +94,11 @@ func TestKernelCrashWindowsAdoptedOnlyWithIntent(t *testing.T) {
 	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: host, TxQLen: -1}, PeerName: "sbtp" + l.topology[5:11]}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // the pair stays if the test fails before Attach replaces it
+		if l, err := netlink.LinkByName(host); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+	})
 	if err := writeIntentForTest(l.d, host, o2); err != nil {
 		t.Fatal(err)
 	}

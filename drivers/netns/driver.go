@@ -32,6 +32,10 @@ type Driver struct {
 	NetnsDir string
 	// StateDir holds sidecar records and main-process logs (default /run/sysbox/netns).
 	StateDir string
+	// RuntimeOnMemory puts linuxnet.RuntimeRoot on a memory file system before the driver first
+	// writes below it (linuxnet.PrepareStateDir; set by New): the records describe kernel
+	// objects that die with the machine.
+	RuntimeOnMemory bool
 
 	// fresh holds freshKey(name, inode) of the namespaces this Driver created and has not
 	// started a process in yet: nothing it did not record can run inside them, so their first
@@ -107,7 +111,9 @@ func freshKey(name string, ino uint64) string { return name + "@" + strconv.Form
 func (d *Driver) intentDir() string { return filepath.Join(d.StateDir, "intents") }
 
 // New returns the driver with default directories.
-func New() *Driver { return &Driver{NetnsDir: "/run/netns", StateDir: "/run/sysbox/netns"} }
+func New() *Driver {
+	return &Driver{NetnsDir: "/run/netns", StateDir: "/run/sysbox/netns", RuntimeOnMemory: true}
+}
 
 // Register adds a default netns driver to r.
 func Register(r *driver.Registry) error { return r.Register(New()) }
@@ -132,6 +138,14 @@ func (d *Driver) Descriptor() driver.Descriptor {
 		driver.CapManagedNetwork, driver.CapNodeLifecycle, driver.CapNIC, driver.CapNodeState,
 		driver.CapGuestExec, driver.CapReset, driver.CapImport, driver.CapAudit,
 	}}
+}
+
+// ensureRuntime runs before the driver's first record is written (every path that writes
+// starts with CreateNetwork, CreateNode or ImportNode in the process that writes).
+func (d *Driver) ensureRuntime() {
+	if d.RuntimeOnMemory {
+		linuxnet.PrepareStateDir(d.StateDir)
+	}
 }
 
 // private is the versioned provider-private payload of every handle and attachment this driver

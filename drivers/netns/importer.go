@@ -26,6 +26,7 @@ import (
 // Attachments are reported for node-side veths carrying the marker whose host peer carries it
 // too, named after their interface name inside the node (the names Attach gives them).
 func (d *Driver) ImportNode(ctx context.Context, externalID string, owner substrate.Owner) (substrate.ImportedNode, error) {
+	d.ensureRuntime()
 	where := fmt.Sprintf("import %s as %s", externalID, owner.Address)
 	if !owner.Complete() {
 		return substrate.ImportedNode{}, fmt.Errorf("%s: incomplete owner: %w", where, driver.ErrNotOwned)

@@ -16,6 +16,7 @@ import (
 // forward-filter coexistence rule). The handle's ExternalID is the bridge name in the host
 // namespace; its envelope kind is substrate.NetworkHandleKindBridge.
 func (d *Driver) CreateNetwork(ctx context.Context, spec substrate.NetworkSpec) (substrate.Handle, error) {
+	d.ensureRuntime()
 	if spec.IPv4CIDR != "" {
 		if _, err := linuxnet.ParseIPv4Prefix(spec.IPv4CIDR); err != nil {
 			return substrate.Handle{}, fmt.Errorf("network %s: %w", spec.Owner.Address, err)

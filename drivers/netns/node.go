@@ -28,6 +28,7 @@ const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 // carrying exactly spec.Owner's marker is adopted (a re-run after a crash); anything else there
 // is refused with driver.ErrNotOwned and left alone.
 func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (substrate.Handle, error) {
+	d.ensureRuntime()
 	if !spec.Owner.Complete() {
 		return substrate.Handle{}, fmt.Errorf("node %s: incomplete owner %+v", spec.Owner.Address, spec.Owner)
 	}
