@@ -302,7 +302,8 @@ func newMountTemplate(netnsDir string) (int, error) {
 	return fd, nil
 }
 
-// hostsResidue lists hosts files carrying topology's marker whose namespace is not listed.
+// hostsResidue lists hosts files carrying topology's marker whose namespace is not listed; a
+// hosts file whose owner cannot be read is an error (the audit cannot say it is not ours).
 func (d *Driver) hostsResidue(topology string, listed map[string]bool) ([]substrate.Object, error) {
 	ents, err := os.ReadDir(d.StateDir)
 	if err != nil && !os.IsNotExist(err) {
@@ -318,7 +319,11 @@ func (d *Driver) hostsResidue(topology string, listed map[string]bool) ([]substr
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		if err == nil && o.Topology == topology {
+		if err != nil {
+			// Unattributable is not clean: it may be this topology's (as for sidecars).
+			return nil, fmt.Errorf("residue: hosts file %s: %w", d.hostsPath(name), err)
+		}
+		if o.Topology == topology {
 			out = append(out, substrate.Object{Kind: "netns-hosts", ExternalID: d.hostsPath(name), Owner: o})
 		}
 	}

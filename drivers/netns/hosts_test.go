@@ -109,6 +109,14 @@ func TestKernelHostsResolveAliases(t *testing.T) {
 	if !slices.ContainsFunc(l.residue(), func(o substrate.Object) bool { return o.Kind == "netns-hosts" && o.ExternalID == leftover }) {
 		t.Errorf("residue lacks the left-over hosts file %s: %+v", leftover, l.residue())
 	}
+	// One whose owner cannot be read (no owner line: a stranger's, or a kill right after its
+	// creation) fails the audit instead of passing it.
+	if err := os.WriteFile(leftover, []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if objs, err := l.d.Residue(ctx, l.topology); err == nil || !strings.Contains(err.Error(), leftover) {
+		t.Errorf("residue with an unattributable hosts file: %+v, %v; want an error naming %s", objs, err, leftover)
+	}
 	_ = os.Remove(leftover)
 	for _, n := range nodes {
 		if _, err := os.Stat(l.d.hostsPath(n.h.ExternalID)); err != nil {
