@@ -163,7 +163,7 @@ func DeleteBridgeWithIntents(ctx context.Context, name string, owner substrate.O
 	if err := RemoveForwardAccept(name, owner); err != nil {
 		return fmt.Errorf("bridge %s: %w", name, err)
 	}
-	if err := netlink.LinkDel(link); err != nil && !isNotFound(err) {
+	if err := deleteHostLink(link); err != nil { // batched with concurrent bridge deletions (reap.go)
 		return fmt.Errorf("bridge %s: delete: %w", name, err)
 	}
 	clearIntent(intentDir, name)
