@@ -216,6 +216,21 @@ func (d *Driver) deleteGone(ctx context.Context, name string, owner substrate.Ow
 		if err := d.deleteUnnamed(ctx, sc, owner); err != nil {
 			return err
 		}
+		// A namespace whose name and processes are gone dies, and the kernel then removes its
+		// veths — asynchronously: under load seconds later, after this delete and even after
+		// destroy's audit (or never, while anything else holds the namespace). Host ends still
+		// carrying exactly owner's marker go now. Only when the sidecar shows a real leftover: a
+		// cleanly deleted previous generation has none, and listing every host link per node
+		// would make a destroy of reset nodes O(N²).
+		ends, err := linuxnet.HostLinksOf(owner)
+		if err != nil {
+			return err
+		}
+		for _, l := range ends {
+			if err := linuxnet.DeleteVethWithIntents(ctx, l, owner, d.intentDir()); err != nil {
+				return err
+			}
+		}
 	}
 	if o, err := linuxnet.HostsOwner(d.hostsPath(name)); err == nil && !o.SameResource(owner) {
 		return fmt.Errorf("hosts file %s names %s %s (topology %s): %w", d.hostsPath(name), o.Type, o.Address, o.Topology, driver.ErrNotOwned)

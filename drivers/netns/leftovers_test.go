@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/internal/driver"
 	"zyvor.dev/sysbox/internal/durable"
@@ -119,6 +120,52 @@ func TestKernelOutOfBandDeleteLeavesNoResidue(t *testing.T) {
 				t.Errorf("residue after destroy: %+v", objs)
 			}
 		})
+	}
+}
+
+// TestKernelGoneNamespaceHostEndsDeleted (kernel tier): a node's main process is killed and its
+// namespace name deleted out of band, but the namespace lives on (here: a descriptor holds it;
+// in CI: the kernel's asynchronous teardown had not run yet). DeleteNode removes the host veth
+// end carrying the node's marker at once, so destroy's audit right after it is clean. Before
+// the fix the end stayed until the kernel freed the namespace, and the audit reported it.
+func TestKernelGoneNamespaceHostEndsDeleted(t *testing.T) {
+	l := newLab(t)
+	ctx := context.Background()
+	nh, no := l.network("sysbox_network.lan", "198.18.10.0/24")
+	n := l.node("sysbox_node.a", []string{"sleep", "infinity"}, substrate.AttachmentSpec{Name: "lan", Network: nh, IPv4: []string{"198.18.10.10/24"}})
+	p, err := decode(n.atts[0].Private, kindAttachment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := l.d.readSidecar(n.h.ExternalID)
+	if err != nil || sc.Pid <= 0 {
+		t.Fatalf("sidecar: %+v, %v", sc, err)
+	}
+	hold, err := os.Open(l.d.nsPath(n.h.ExternalID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	if err := unix.Kill(sc.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); alive(sc.Pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("main process %d still alive after SIGKILL", sc.Pid)
+		}
+	}
+	ipNetnsDel(t, n)
+	if err := l.d.DeleteNode(ctx, n.h, n.owner); err != nil {
+		t.Fatalf("DeleteNode of the node whose namespace is gone: %v", err)
+	}
+	if _, err := netlink.LinkByName(p.Veth.HostName); err == nil {
+		t.Errorf("host veth end %s of the gone namespace still exists right after DeleteNode", p.Veth.HostName)
+	}
+	if err := l.d.DeleteNetwork(ctx, nh, no); err != nil {
+		t.Fatal(err)
+	}
+	if objs := l.residue(); len(objs) != 0 {
+		t.Errorf("residue after destroy: %+v", objs)
 	}
 }
 
