@@ -71,10 +71,11 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 	case err != nil:
 		return substrate.Handle{}, fmt.Errorf("%s: %w", what, err)
 	case isOurVMM(r.PID, r.StartTime, r.Socket):
-		// A retried create: the process is there; it must still be the unstarted guest.
-		if info, err := d.describe(ctx, r); err == nil && info.State == StateNotStarted {
-			return nodeHandle(r, dir), nil
-		}
+		// A retried create finds the process of the create that was interrupted. Not started
+		// does not mean configured: a kill between spawning and configuring it leaves a VMM that
+		// refuses to boot ("Cannot start microvm without kernel configuration"). Its pre-boot
+		// configuration cannot be read back whole, so it is replaced by a fresh one, configured
+		// below (a retried create is rare; a spawn costs little).
 		if err := killVMM(ctx, name, r); err != nil {
 			return substrate.Handle{}, err
 		}
