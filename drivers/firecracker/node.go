@@ -73,9 +73,9 @@ func (d *Driver) createNode(ctx context.Context, spec substrate.NodeSpec, prior 
 	case isOurVMM(r.PID, r.StartTime, r.Socket):
 		// A retried create finds the process of the create that was interrupted. Not started
 		// does not mean configured: a kill between spawning and configuring it leaves a VMM that
-		// refuses to boot ("Cannot start microvm without kernel configuration"). Its pre-boot
-		// configuration cannot be read back whole, so it is replaced by a fresh one, configured
-		// below (a retried create is rare; a spawn costs little).
+		// refuses to boot ("Cannot start microvm without kernel configuration"). Rather than read
+		// its pre-boot configuration back and compare it, it is replaced by a fresh process,
+		// configured below (a retried create is rare; a spawn costs little).
 		if err := killVMM(ctx, name, r); err != nil {
 			return substrate.Handle{}, err
 		}
