@@ -281,15 +281,21 @@ func Evaluate(root *Module, src *Sources, opts Options) (*Topology, hcl.Diagnost
 // order a person reads them in); diagnostics without a range keep their place at the end.
 func sortDiags(ds hcl.Diagnostics) {
 	sort.SliceStable(ds, func(i, j int) bool {
-		a, b := ds[i].Subject, ds[j].Subject
-		switch {
-		case a == nil || b == nil:
-			return a != nil && b == nil
-		case a.Filename != b.Filename:
-			return a.Filename < b.Filename
-		}
-		return a.Start.Byte < b.Start.Byte
+		less, _ := placeLess(ds[i].Subject, ds[j].Subject)
+		return less
 	})
+}
+
+// placeLess orders two diagnostic ranges by file and position (a missing range last); same
+// reports whether they are at the same place.
+func placeLess(a, b *hcl.Range) (less, same bool) {
+	switch {
+	case a == nil || b == nil:
+		return a != nil && b == nil, a == nil && b == nil
+	case a.Filename != b.Filename:
+		return a.Filename < b.Filename, false
+	}
+	return a.Start.Byte < b.Start.Byte, a.Start.Byte == b.Start.Byte
 }
 
 // sortSamePlace orders hcldec's diagnostics of one body as sortDiags does, and those at the
@@ -297,15 +303,10 @@ func sortDiags(ds hcl.Diagnostics) {
 // missing arguments were reported in either order from one run to the next.
 func sortSamePlace(ds hcl.Diagnostics) {
 	sort.SliceStable(ds, func(i, j int) bool {
-		a, b := ds[i].Subject, ds[j].Subject
-		switch {
-		case a == nil || b == nil:
-			return a != nil && b == nil
-		case a.Filename != b.Filename:
-			return a.Filename < b.Filename
-		case a.Start.Byte != b.Start.Byte:
-			return a.Start.Byte < b.Start.Byte
-		case ds[i].Summary != ds[j].Summary:
+		if less, same := placeLess(ds[i].Subject, ds[j].Subject); !same {
+			return less
+		}
+		if ds[i].Summary != ds[j].Summary {
 			return ds[i].Summary < ds[j].Summary
 		}
 		return ds[i].Detail < ds[j].Detail

@@ -127,23 +127,29 @@ type crashScenario struct {
 	converge func(t *testing.T, dir string)
 }
 
+// setupApply applies the crash topology (the setup of a scenario that needs it in place).
+func setupApply(t *testing.T, dir string) {
+	if r := runHelper(t, dir, "apply"); r.Killed || r.Code != 0 {
+		t.Fatalf("setup apply: %+v", r)
+	}
+}
+
+// convergeCrashApply runs the apply a user runs after recovery and checks that state holds the
+// whole topology and agrees with the fake drivers.
+func convergeCrashApply(t *testing.T, dir string) {
+	if r := runHelper(t, dir, "apply"); r.Killed || r.Code != 0 {
+		t.Fatalf("converging apply: %+v", r)
+	}
+	h := openDir(t, dir)
+	st := h.state()
+	if got, want := len(st.Resources), len(crashDesired()); got != want {
+		t.Fatalf("after converging apply: %d resources %v, want %d", got, st.Addresses(), want)
+	}
+	checkAgree(t, st, h.fake)
+}
+
 func TestCrashAtEveryStep(t *testing.T) {
-	applied := func(t *testing.T, dir string) {
-		if r := runHelper(t, dir, "apply"); r.Killed || r.Code != 0 {
-			t.Fatalf("setup apply: %+v", r)
-		}
-	}
-	convergeApply := func(t *testing.T, dir string) {
-		if r := runHelper(t, dir, "apply"); r.Killed || r.Code != 0 {
-			t.Fatalf("converging apply: %+v", r)
-		}
-		h := openDir(t, dir)
-		st := h.state()
-		if got, want := len(st.Resources), len(crashDesired()); got != want {
-			t.Fatalf("after converging apply: %d resources %v, want %d", got, st.Addresses(), want)
-		}
-		checkAgree(t, st, h.fake)
-	}
+	applied, convergeApply := setupApply, convergeCrashApply
 	scenarios := []crashScenario{
 		{name: "create", setup: func(*testing.T, string) {}, cmd: "apply", converge: convergeApply},
 		{name: "replace", setup: applied, cmd: "replace", converge: convergeApply},

@@ -100,22 +100,7 @@ func powerLossAtEach(t *testing.T, base, cmd string, after func(t *testing.T, di
 }
 
 func TestPowerLossAtEveryRecord(t *testing.T) {
-	applied := func(t *testing.T, dir string) {
-		if r := runHelper(t, dir, "apply"); r.Killed || r.Code != 0 {
-			t.Fatalf("setup apply: %+v", r)
-		}
-	}
-	convergeApply := func(t *testing.T, dir string) {
-		if r := runHelper(t, dir, "apply"); r.Killed || r.Code != 0 {
-			t.Fatalf("converging apply: %+v", r)
-		}
-		h := openDir(t, dir)
-		st := h.state()
-		if got, want := len(st.Resources), len(crashDesired()); got != want {
-			t.Fatalf("after converging apply: %d resources %v, want %d", got, st.Addresses(), want)
-		}
-		checkAgree(t, st, h.fake)
-	}
+	applied, convergeApply := setupApply, convergeCrashApply
 	convergeDestroy := func(t *testing.T, dir string) {
 		if r := runHelper(t, dir, "destroy"); r.Killed || r.Code != 0 {
 			t.Fatalf("converging destroy: %+v", r)
