@@ -72,17 +72,20 @@ func TestLocalUICheckpoints(t *testing.T) {
 	if !testenv.WaitStopped(t, c.Process.Pid, exited) {
 		t.Fatalf("the apply exited before checkpoint record %d:\n%s", stopAt, out.String())
 	}
+	// Another operation's record may follow the stopAt-th before the stop lands (a "done"
+	// marker is written without waiting for an fsync, from the state save's callback): the page
+	// must show whatever the log holds.
 	it, err := executor.ReadLog(filepath.Join(dir, ".sysbox"))
-	if err != nil || it == nil || len(it.Records) != stopAt {
-		t.Fatalf("the stopped apply's log: %v, %v, want %d records", it, err, stopAt)
+	if err != nil || it == nil || len(it.Records) < stopAt {
+		t.Fatalf("the stopped apply's log: %v, %v, want at least %d records", it, err, stopAt)
 	}
 	var want []string
 	for _, r := range it.Records {
 		want = append(want, fmt.Sprintf("%d %s %s %s %s", r.Seq, r.Type, r.Address, r.Action, r.Step))
 	}
-	last := fmt.Sprintf(`#run[data-run=%q][data-status="running"] #checkpoints li[data-checkpoint="%d"]`, it.Header.Run, stopAt)
+	last := fmt.Sprintf(`#run[data-run=%q][data-status="running"] #checkpoints li[data-checkpoint="%d"]`, it.Header.Run, len(it.Records))
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(last)); err != nil {
-		t.Fatalf("checkpoint record %d of the stopped apply never shown: %v", stopAt, err)
+		t.Fatalf("checkpoint record %d of the stopped apply never shown: %v", len(it.Records), err)
 	}
 	if got := shownCheckpoints(t, ctx); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("checkpoints beside the graph while the apply is stopped:\n got %q\nwant the log's %q", got, want)
@@ -95,8 +98,10 @@ func TestLocalUICheckpoints(t *testing.T) {
 	if got := shownLines(t, ctx); got != strings.Join(lines, "\n") {
 		t.Fatalf("progress lines beside the graph while the apply is stopped:\n got %q\nwant the run's %q", got, lines)
 	}
-	if strings.Join(recs, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("the last run file's records while stopped:\n got %q\nwant the log's %q", recs, want)
+	// The stop may land between a record's append and its note in the last run file: the file
+	// holds the log's records up to the stopAt-th at least, in the log's order.
+	if len(recs) < stopAt || len(recs) > len(want) || strings.Join(recs, "\n") != strings.Join(want[:len(recs)], "\n") {
+		t.Fatalf("the last run file's records while stopped:\n got %q\nwant the log's %q (at least %d)", recs, want, stopAt)
 	}
 	uitest.Screenshot(t, ctx, "ui-apply-stopped-at-checkpoint.png")
 	localNoSecrets(t, ctx, url, dir)
