@@ -23,11 +23,6 @@ import (
 // what systemd would have: a tmpfs at the runtime root, mounted once per boot by the first
 // command that needs it.
 
-const (
-	tmpfsMagic = 0x01021994
-	ramfsMagic = 0x858458f6
-)
-
 // EnsureMemoryFS makes root (created if missing) a tmpfs mount, unless it is one already (or a
 // ramfs), is a mount point of something else (the administrator's choice), or holds any file
 // that is not a directory — records already written there must stay visible, so a host whose
@@ -40,19 +35,17 @@ const (
 // still be writing. A failure leaves root as it was: the records then go to disk, which is
 // slower and just as correct.
 //
-// A process decides once per root (later calls return false, nil): its own shared lock would
-// otherwise keep a second decision waiting.
+// A process decides once per root, failure included (later calls return false, nil): its own
+// shared lock would otherwise keep a second decision waiting, and callers ask before every
+// record they create.
 func EnsureMemoryFS(root string) (mounted bool, err error) {
 	decided.Lock()
 	defer decided.Unlock()
 	if decided.roots[root] {
 		return false, nil
 	}
-	mounted, err = ensureMemoryFS(root)
-	if err == nil {
-		decided.roots[root] = true
-	}
-	return mounted, err
+	decided.roots[root] = true
+	return ensureMemoryFS(root)
 }
 
 var decided = struct {
@@ -133,7 +126,7 @@ func onMemoryFS(path string) (bool, error) {
 	if err := unix.Statfs(path, &st); err != nil {
 		return false, fmt.Errorf("runtime root %s: statfs: %w", path, err)
 	}
-	return st.Type == tmpfsMagic || st.Type == ramfsMagic, nil
+	return st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC, nil
 }
 
 // isMountPoint reports whether path is the root of a mount (statx's mount-root attribute, which
@@ -183,7 +176,7 @@ const RuntimeRoot = "/run/sysbox"
 // administrator's) is left alone. The outcome is logged once per process; a failure only
 // means the records stay on disk.
 func PrepareStateDir(stateDir string) {
-	root := filepath.Clean(RuntimeRoot)
+	root := RuntimeRoot
 	if !strings.HasPrefix(filepath.Clean(stateDir), root+string(filepath.Separator)) {
 		return
 	}

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -30,7 +31,7 @@ func (r *run) schedule(ctx context.Context, items []int, after map[int][]int, na
 	waiters := make(map[int][]int, len(items)) // the items waiting for each item
 	for _, i := range items {
 		for _, j := range after[i] {
-			if _, ok := pos[j]; !ok || j == i || containsInt(deps[i], j) {
+			if _, ok := pos[j]; !ok || j == i || slices.Contains(deps[i], j) {
 				continue
 			}
 			deps[i] = append(deps[i], j)
@@ -183,13 +184,4 @@ func dispatchKeys(items []int, deps, waiters map[int][]int) map[int]dispatchKey 
 		keys[i] = dispatchKey{gate: gate, pos: k}
 	}
 	return keys
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
