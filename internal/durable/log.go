@@ -323,14 +323,22 @@ func (l *Log) flush() {
 		l.syncs++
 		l.records += uint64(len(batch))
 	}
-	if len(l.queue) > 0 && l.waiters == 0 && l.err == nil {
-		q := l.queue
-		l.queue = nil
-		l.writeLocked(q)
-		// l.next stays: the records written belong to no batch anyone waits for.
+	if l.waiters == 0 {
+		l.writeQueuedLocked() // l.next stays: these records belong to no batch anyone waits for
 	}
 	l.flushing = false
 	l.cond.Broadcast()
+}
+
+// writeQueuedLocked writes (without fsync) the records queued without waiters, if the log has
+// not failed; called with the lock held and nothing flushing.
+func (l *Log) writeQueuedLocked() {
+	if len(l.queue) == 0 || l.err != nil {
+		return
+	}
+	q := l.queue
+	l.queue = nil
+	l.writeLocked(q)
 }
 
 // writeLocked writes records without fsync, with the lock held (nothing is flushing).
@@ -415,11 +423,7 @@ func (l *Log) Close() error {
 		l.mu.Unlock()
 		return nil
 	}
-	if len(l.queue) > 0 && l.err == nil {
-		q := l.queue
-		l.queue = nil
-		l.writeLocked(q)
-	}
+	l.writeQueuedLocked()
 	err := l.f.Close()
 	l.f = nil
 	l.mu.Unlock()
