@@ -148,24 +148,28 @@ func convergeCrashApply(t *testing.T, dir string) {
 	checkAgree(t, st, h.fake)
 }
 
+// convergeCrashDestroy runs the destroy a user runs after recovery and checks that neither
+// state nor the fake drivers hold anything.
+func convergeCrashDestroy(t *testing.T, dir string) {
+	if r := runHelper(t, dir, "destroy"); r.Killed || r.Code != 0 {
+		t.Fatalf("converging destroy: %+v", r)
+	}
+	h := openDir(t, dir)
+	if st := h.state(); len(st.Resources) != 0 {
+		t.Fatalf("after destroy: %v", st.Addresses())
+	}
+	w := h.fake.World()
+	if len(w.Nodes)+len(w.Networks)+len(w.NICs)+len(w.Policies) != 0 {
+		t.Fatalf("world after destroy: %+v", w)
+	}
+}
+
 func TestCrashAtEveryStep(t *testing.T) {
 	applied, convergeApply := setupApply, convergeCrashApply
 	scenarios := []crashScenario{
 		{name: "create", setup: func(*testing.T, string) {}, cmd: "apply", converge: convergeApply},
 		{name: "replace", setup: applied, cmd: "replace", converge: convergeApply},
-		{name: "delete", setup: applied, cmd: "destroy", converge: func(t *testing.T, dir string) {
-			if r := runHelper(t, dir, "destroy"); r.Killed || r.Code != 0 {
-				t.Fatalf("converging destroy: %+v", r)
-			}
-			h := openDir(t, dir)
-			if st := h.state(); len(st.Resources) != 0 {
-				t.Fatalf("after destroy: %v", st.Addresses())
-			}
-			w := h.fake.World()
-			if len(w.Nodes)+len(w.Networks)+len(w.NICs)+len(w.Policies) != 0 {
-				t.Fatalf("world after destroy: %+v", w)
-			}
-		}},
+		{name: "delete", setup: applied, cmd: "destroy", converge: convergeCrashDestroy},
 		{name: "reset", setup: applied, cmd: "reset", converge: func(t *testing.T, dir string) {
 			h := openDir(t, dir)
 			n := h.state().Resource(mustAddr("sysbox_node.web[0]"))
