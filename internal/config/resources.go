@@ -421,7 +421,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	rs.failed = failed
 	for i, k := range x.keys {
 		addr := addrs.NewInstance(mi.path, cfg.Addr, k)
-		ri := &ResourceInstance{Addr: addr, PreventDestroy: cfg.PreventDestroy, DeclRange: cfg.DeclRange, BaseDir: mi.mod.Dir, slot: rs, explict: explicit}
+		ri := &ResourceInstance{Addr: addr, PreventDestroy: cfg.PreventDestroy, DeclRange: cfg.DeclRange, BaseDir: mi.mod.Dir, slot: rs, explicitDeps: explicit}
 		rs.insts = append(rs.insts, ri)
 		e.instances = append(e.instances, ri)
 		ri.slot = rs
