@@ -79,7 +79,7 @@ func (g *Graph) ConnectShared(from addrs.Instance, to []addrs.Instance) {
 	}
 	k := sharedList{&to[0], len(to)}
 	ids := g.lastIDs
-	if k != g.last || ids == nil {
+	if k != g.last { // never the zero last before the first list: to is not empty
 		ids = make([]int, len(to))
 		for i, a := range to {
 			ids[i] = g.Add(a)
