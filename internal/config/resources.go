@@ -459,7 +459,7 @@ func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasD
 	}
 	sc := e.resolve(mi, travs, kind)
 	if sc == nil {
-		return &lazyVars{}, nil, false
+		return newLazyVars(nil), nil, false
 	}
 	return newLazyVars(sc), sc.deps, sc.failed
 }
