@@ -27,7 +27,7 @@ type Graph struct {
 }
 
 // New returns an empty graph.
-func New() *Graph { return &Graph{index: map[string]int{}} }
+func New() *Graph { return NewSized(0) }
 
 // NewSized returns an empty graph with room for n nodes (their index, adjacency lists).
 func NewSized(n int) *Graph {
