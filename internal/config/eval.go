@@ -120,9 +120,9 @@ type ResourceInstance struct {
 	DeclRange      hcl.Range
 	BaseDir        string
 
-	slot    *resSlot
-	typed   []Reference
-	explict []hcl.Traversal
+	slot         *resSlot
+	typed        []Reference
+	explicitDeps []hcl.Traversal
 }
 
 // RefValue returns the value expressions see for the instance (computing it if needed).
@@ -205,7 +205,7 @@ func (t *Topology) DependencyGraph() (g *graph.Graph, order []addrs.Instance, ok
 func (t *Topology) ReleaseModules() {
 	t.Root = nil
 	for _, ri := range t.Resources {
-		ri.slot, ri.typed, ri.explict = nil, nil, nil
+		ri.slot, ri.typed, ri.explicitDeps = nil, nil, nil
 	}
 }
 
@@ -722,7 +722,7 @@ func precomputeRefs(root *Module) {
 // declaration of its first member. Without depends_on and without errors so far there is no
 // cycle to find (a reference cycle is an error), and the graph is not built.
 func (e *evaluator) checkCycles() (*graph.Graph, []addrs.Instance) {
-	if !e.diags.HasErrors() && !slices.ContainsFunc(e.instances, func(ri *ResourceInstance) bool { return len(ri.explict) > 0 }) {
+	if !e.diags.HasErrors() && !slices.ContainsFunc(e.instances, func(ri *ResourceInstance) bool { return len(ri.explicitDeps) > 0 }) {
 		return nil, nil
 	}
 	g := graph.NewSized(len(e.instances))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -595,15 +596,8 @@ var resourceMeta = &hcl.BodySchema{
 // (visible true): PartialContent's remainder is a copy of the body with two maps of hidden
 // names, and four maps of the content besides, about 0.6 KB per resource kept live.
 func resourceContent(body hcl.Body) (*hcl.BodyContent, hcl.Body, bool, hcl.Diagnostics) {
-	sb, ok := body.(*hclsyntax.Body)
-	if ok {
-		_, ok = sb.Attributes["lifecycle"]
-		ok = !ok
-		for _, blk := range sb.Blocks {
-			ok = ok && blk.Type != "lifecycle"
-		}
-	}
-	if !ok {
+	sb, native := body.(*hclsyntax.Body)
+	if !native || hasLifecycle(sb) {
 		content, remain, d := body.PartialContent(resourceMeta)
 		return content, remain, false, d
 	}
@@ -614,6 +608,14 @@ func resourceContent(body hcl.Body) (*hcl.BodyContent, hcl.Body, bool, hcl.Diagn
 		}
 	}
 	return content, sb, true, nil
+}
+
+// hasLifecycle reports whether sb has a lifecycle argument or block (of any labels).
+func hasLifecycle(sb *hclsyntax.Body) bool {
+	if _, ok := sb.Attributes["lifecycle"]; ok {
+		return true
+	}
+	return slices.ContainsFunc(sb.Blocks, func(blk *hclsyntax.Block) bool { return blk.Type == "lifecycle" })
 }
 
 // schemaBody is Body with the meta-arguments hidden, as hcldec and dynblock must see it.

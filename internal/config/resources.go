@@ -292,25 +292,31 @@ func (j *decodeJob) decodeBody() (val cty.Value, fields map[string]cty.Value, cl
 	if j.dynamic {
 		body = dynblock.Expand(cfg.schemaBody(), j.context())
 	}
+	// hcldec sees the meta-arguments hidden (a dynamic body was expanded from the schema body).
+	hcldecBody := func() hcl.Body {
+		if j.dynamic {
+			return body
+		}
+		return cfg.schemaBody()
+	}
 	if j.fast != nil {
-		fields, clean, ok = j.fast.decodeFields(body, nil, j)
-		if _, reads := j.rs.schema.(AttrReader); ok && !(clean && reads && j.fast.asciiFields) {
-			val = cty.ObjectVal(fields)
-			releaseVals(fields)
-			fields = nil
-		}
-		if ok && checkFastDecode != nil {
-			got := val
-			if fields != nil {
-				got = cty.ObjectVal(fields)
+		if fields, clean, ok = j.fast.decodeFields(body, nil, j); ok {
+			if _, reads := j.rs.schema.(AttrReader); !(clean && reads && j.fast.asciiFields) {
+				val = cty.ObjectVal(fields)
+				releaseVals(fields)
+				fields = nil
 			}
-			checkFastDecode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context(), got, clean)
-		}
-		if ok {
+			if checkFastDecode != nil {
+				got := val
+				if fields != nil {
+					got = cty.ObjectVal(fields)
+				}
+				checkFastDecode(hcldecBody(), spec, j.context(), got, clean)
+			}
 			return val, fields, clean, true
 		}
 	}
-	val, d := hcldec.Decode(schemaBodyOf(cfg, body, j.dynamic), spec, j.context())
+	val, d := hcldec.Decode(hcldecBody(), spec, j.context())
 	sortSamePlace(d)
 	j.diags = append(j.diags, d...)
 	if d.HasErrors() {
@@ -318,15 +324,6 @@ func (j *decodeJob) decodeBody() (val cty.Value, fields map[string]cty.Value, cl
 		return cty.NilVal, nil, false, false
 	}
 	return val, nil, false, true
-}
-
-// schemaBodyOf is the body hcldec decodes: an expanded dynamic body as it is (expanded from
-// the schema body), else the resource's schema body.
-func schemaBodyOf(cfg *Resource, body hcl.Body, dynamic bool) hcl.Body {
-	if dynamic {
-		return body
-	}
-	return cfg.schemaBody()
 }
 
 // runJobs runs the deferred decode jobs on all CPUs, then merges their diagnostics in job
@@ -424,7 +421,7 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	rs.failed = failed
 	for i, k := range x.keys {
 		addr := addrs.NewInstance(mi.path, cfg.Addr, k)
-		ri := &ResourceInstance{Addr: addr, PreventDestroy: cfg.PreventDestroy, DeclRange: cfg.DeclRange, BaseDir: mi.mod.Dir, slot: rs, explict: explicit}
+		ri := &ResourceInstance{Addr: addr, PreventDestroy: cfg.PreventDestroy, DeclRange: cfg.DeclRange, BaseDir: mi.mod.Dir, slot: rs, explicitDeps: explicit}
 		rs.insts = append(rs.insts, ri)
 		e.instances = append(e.instances, ri)
 		ri.slot = rs
@@ -462,7 +459,7 @@ func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasD
 	}
 	sc := e.resolve(mi, travs, kind)
 	if sc == nil {
-		return &lazyVars{}, nil, false
+		return newLazyVars(nil), nil, false
 	}
 	return newLazyVars(sc), sc.deps, sc.failed
 }

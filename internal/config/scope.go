@@ -168,8 +168,8 @@ func (l *lazyVars) ref(tr hcl.Traversal) (cty.Value, bool) {
 		return cty.NilVal, false
 	}
 	for i := len(l.full) - 1; i >= 0; i-- {
-		k := l.full[i].key
-		if len(k) == len(root.Name)+1+len(attr.Name) && k[len(root.Name)] == '.' && strings.HasPrefix(k, root.Name) && strings.HasSuffix(k, attr.Name) {
+		// the key split as finish splits it
+		if typ, name, _ := strings.Cut(l.full[i].key, "."); typ == root.Name && name == attr.Name {
 			return l.full[i].val, true
 		}
 	}

@@ -27,7 +27,7 @@ type Graph struct {
 }
 
 // New returns an empty graph.
-func New() *Graph { return &Graph{index: map[string]int{}} }
+func New() *Graph { return NewSized(0) }
 
 // NewSized returns an empty graph with room for n nodes (their index, adjacency lists).
 func NewSized(n int) *Graph {
@@ -79,7 +79,7 @@ func (g *Graph) ConnectShared(from addrs.Instance, to []addrs.Instance) {
 	}
 	k := sharedList{&to[0], len(to)}
 	ids := g.lastIDs
-	if k != g.last || ids == nil {
+	if k != g.last { // never the zero last before the first list: to is not empty
 		ids = make([]int, len(to))
 		for i, a := range to {
 			ids[i] = g.Add(a)

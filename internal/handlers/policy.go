@@ -3,8 +3,9 @@ package handlers
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -90,11 +91,7 @@ func checkAttachment(d *diags, rng hcl.Range, what, name string, atts map[string
 	if name == "" || atts == nil || atts[name] {
 		return
 	}
-	var known []string
-	for k := range atts {
-		known = append(known, k)
-	}
-	sort.Strings(known) // map order: the message changed from run to run
+	known := slices.Sorted(maps.Keys(atts)) // sorted: in map order the message changed from run to run
 	d.add(rng, "Unknown attachment", "%s: the node has no attachment %q (it has %v)", what, name, known)
 }
 
