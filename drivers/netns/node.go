@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
@@ -109,8 +108,10 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 // mounted at name's path with inode ino, if it is that namespace (conns.go); markThisNs
 // brought its loopback up.
 func (d *Driver) keepCreated(name string, ino uint64, conn linuxnet.NodeConn) bool {
-	var st unix.Stat_t
-	if conn.NH == nil || !conn.Fd.IsOpen() || unix.Fstat(int(conn.Fd), &st) != nil || st.Ino != ino {
+	if conn.NH == nil || !conn.Fd.IsOpen() {
+		return false
+	}
+	if got, err := fdInode(int(conn.Fd)); err != nil || got != ino {
 		return false
 	}
 	d.conns.put(name, ino, conn)

@@ -115,6 +115,15 @@ func nsInode(path string) (uint64, error) {
 	return st.Ino, nil
 }
 
+// fdInode is nsInode of an open descriptor.
+func fdInode(fd int) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
 // isNetnsMount reports whether path is a mounted network namespace (not just a leftover file).
 func isNetnsMount(path string) bool {
 	var fs unix.Statfs_t
