@@ -52,12 +52,7 @@ func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner subs
 	if d.hosts.unchanged(path, sum) {
 		return nil
 	}
-	conn, err := d.conns.acquire(name, ns.Path, ino)
-	if err != nil {
-		return fmt.Errorf("node %s: hosts: %w: %w", owner.Address, errNsUnreadable, err)
-	}
-	o, err := markerVia(conn.NH, ns)
-	d.conns.release(conn)
+	o, err := d.cachedMarker(ns, ino)
 	if err != nil {
 		return fmt.Errorf("node %s: hosts: %w", owner.Address, err)
 	}

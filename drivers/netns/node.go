@@ -319,14 +319,7 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		return obs, fmt.Errorf("node %s: %w: %w", owner.Address, driver.ErrUnavailable, err)
 	}
 	obs.Attributes = map[string]string{"netns": p.Netns, "netns_path": path}
-	var found substrate.Owner
-	var merr error
-	if conn, err := d.conns.acquire(p.Netns, path, ino); err != nil {
-		merr = fmt.Errorf("%w: %w", errNsUnreadable, err)
-	} else {
-		found, merr = markerVia(conn.NH, d.ns(p.Netns))
-		d.conns.release(conn)
-	}
+	found, merr := d.cachedMarker(d.ns(p.Netns), ino)
 	if merr == nil {
 		obs.Owner = &found
 	}

@@ -156,6 +156,16 @@ func markerVia(nh *netlink.Handle, ns linuxnet.Netns) (substrate.Owner, error) {
 	return substrate.ParseMarker(lo.Attrs().Alias)
 }
 
+// cachedMarker is nsMarker through the connection cache (conns.go): ns has nsfs inode ino.
+func (d *Driver) cachedMarker(ns linuxnet.Netns, ino uint64) (substrate.Owner, error) {
+	conn, err := d.conns.acquire(filepath.Base(ns.Path), ns.Path, ino)
+	if err != nil {
+		return substrate.Owner{}, fmt.Errorf("%w: %w", errNsUnreadable, err)
+	}
+	defer d.conns.release(conn)
+	return markerVia(conn.NH, ns)
+}
+
 // netnsMount is isNetnsMount with its error: whether path is a mounted network namespace.
 func netnsMount(path string) (bool, error) {
 	var fs unix.Statfs_t
