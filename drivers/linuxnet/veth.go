@@ -56,11 +56,11 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	if err != nil {
 		return Veth{}, err
 	}
-	host, put, err := hostNetlink()
+	host, err := hostNetlink()
 	if err != nil {
 		return Veth{}, fmt.Errorf("%s: %w", where, err)
 	}
-	defer put()
+	defer putHostNetlink(host)
 	br, err := host.LinkByName(spec.Bridge)
 	if err != nil {
 		return Veth{}, fmt.Errorf("%s: bridge %s: %w", where, spec.Bridge, err)
