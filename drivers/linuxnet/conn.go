@@ -25,7 +25,7 @@ func (n Netns) OpenConn() (NodeConn, error) {
 	if err != nil {
 		return NodeConn{}, err
 	}
-	nh, err := netlink.NewHandleAt(fd, unix.NETLINK_ROUTE)
+	nh, err := netlink.NewHandleAt(fd, unix.NETLINK_ROUTE) // one socket, not one per family
 	if err != nil {
 		fd.Close()
 		return NodeConn{}, fmt.Errorf("netns %s: netlink: %w", n.Path, err)
