@@ -25,7 +25,7 @@ func (n Netns) OpenConn() (NodeConn, error) {
 	if err != nil {
 		return NodeConn{}, err
 	}
-	nh, err := netlink.NewHandleAt(fd, unix.NETLINK_ROUTE)
+	nh, err := netlink.NewHandleAt(fd, unix.NETLINK_ROUTE) // one socket, not one per family
 	if err != nil {
 		fd.Close()
 		return NodeConn{}, fmt.Errorf("netns %s: netlink: %w", n.Path, err)
@@ -63,30 +63,32 @@ const netlinkTimeout = 60 * time.Second
 // hostHandleMax bounds the handles kept idle (more than the executor's default parallelism).
 const hostHandleMax = 32
 
-// hostNetlink returns a netlink handle on the host's network namespace and the function that
-// gives it back. It is made on the calling goroutine's thread, which is in the host's network
+// hostNetlink returns a netlink handle on the host's network namespace, to be given back with
+// putHostNetlink. It is made on the calling goroutine's thread, which is in the host's network
 // namespace: threads switched into a node's namespace stay locked to their goroutine until they
 // are switched back, and no function of this package is called from inside Do.
-func hostNetlink() (*netlink.Handle, func(), error) {
+func hostNetlink() (*netlink.Handle, error) {
 	hostHandles.mu.Lock()
 	if n := len(hostHandles.free); n > 0 {
 		h := hostHandles.free[n-1]
 		hostHandles.free = hostHandles.free[:n-1]
 		hostHandles.mu.Unlock()
-		return h, func() { putHostNetlink(h) }, nil
+		return h, nil
 	}
 	hostHandles.mu.Unlock()
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, nil, fmt.Errorf("netlink: %w", err)
+		return nil, fmt.Errorf("netlink: %w", err)
 	}
 	if err := h.SetSocketTimeout(netlinkTimeout); err != nil {
 		h.Close()
-		return nil, nil, fmt.Errorf("netlink: %w", err)
+		return nil, fmt.Errorf("netlink: %w", err)
 	}
-	return h, func() { putHostNetlink(h) }, nil
+	return h, nil
 }
 
+// putHostNetlink gives back a handle of hostNetlink: kept for reuse, or closed beyond
+// hostHandleMax.
 func putHostNetlink(h *netlink.Handle) {
 	hostHandles.mu.Lock()
 	defer hostHandles.mu.Unlock()

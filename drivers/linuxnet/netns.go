@@ -7,7 +7,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 )
 
 // Netns names a network namespace by a path the kernel resolves: a bind mount such as
@@ -35,16 +34,12 @@ func (n Netns) Open() (netns.NsHandle, error) {
 
 // Netlink returns a netlink handle whose sockets live in the namespace; the caller deletes it.
 func (n Netns) Netlink() (*netlink.Handle, error) {
-	ns, err := n.Open()
+	c, err := n.OpenConn()
 	if err != nil {
 		return nil, err
 	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) // one socket, not one per family
-	if err != nil {
-		return nil, fmt.Errorf("netns %s: netlink: %w", n.Path, err)
-	}
-	return h, nil
+	c.Fd.Close() // the socket stays in the namespace
+	return c.NH, nil
 }
 
 // Do runs fn on an OS thread switched into the namespace. Processes fn starts (fork+exec)

@@ -56,11 +56,11 @@ func CreateVeth(ctx context.Context, spec VethSpec) (Veth, error) {
 	if err != nil {
 		return Veth{}, err
 	}
-	host, put, err := hostNetlink()
+	host, err := hostNetlink()
 	if err != nil {
 		return Veth{}, fmt.Errorf("%s: %w", where, err)
 	}
-	defer put()
+	defer putHostNetlink(host)
 	br, err := host.LinkByName(spec.Bridge)
 	if err != nil {
 		return Veth{}, fmt.Errorf("%s: bridge %s: %w", where, spec.Bridge, err)
@@ -226,12 +226,12 @@ func wireVeth(host, nh *netlink.Handle, v *netlink.Veth, br netlink.Link, spec V
 // were touched), so a full path costs O(namespaces) per port.
 func disablePortIPv6(name string) {
 	if dir := portConfDir(); dir >= 0 {
-		fd, err := unix.Openat(dir, name+"/disable_ipv6", unix.O_WRONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
+		// A failure here (no such port directory) would fail by the full path too.
+		if fd, err := unix.Openat(dir, name+"/disable_ipv6", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
 			_, _ = unix.Write(fd, []byte("1\n"))
 			_ = unix.Close(fd)
-			return
 		}
+		return
 	}
 	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", []byte("1\n"), 0o644)
 }

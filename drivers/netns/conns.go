@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"zyvor.dev/sysbox/drivers/linuxnet"
 )
 
@@ -62,14 +60,14 @@ func (cc *connCache) acquire(name, path string, ino uint64) (*nsConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(conn.Fd), &st); err != nil {
+	got, err := fdInode(int(conn.Fd))
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("netns %s: %w", path, err)
 	}
-	if st.Ino != ino {
+	if got != ino {
 		conn.Close()
-		return nil, fmt.Errorf("netns %s: namespace replaced while opening it (inode %d, expected %d)", path, st.Ino, ino)
+		return nil, fmt.Errorf("netns %s: namespace replaced while opening it (inode %d, expected %d)", path, got, ino)
 	}
 	return cc.add(name, ino, conn, 1), nil
 }

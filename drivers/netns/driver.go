@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
@@ -62,10 +62,8 @@ type Driver struct {
 type wiredNs struct {
 	ino  uint64
 	loUp bool
-	ifs  map[string]string // node interface name → its IPv4 prefixes joined by wiredSep
+	ifs  map[string][]string // node interface name → its IPv4 prefixes
 }
-
-const wiredSep = "\x00"
 
 // noteWired records that this Driver brought loopback up in namespace name (inode ino), or
 // wired interface ifName with exactly ipv4 (ifName != "").
@@ -77,14 +75,14 @@ func (d *Driver) noteWired(name string, ino uint64, ifName string, ipv4 []string
 	}
 	w := d.wired[name]
 	if w == nil || w.ino != ino {
-		w = &wiredNs{ino: ino, ifs: map[string]string{}}
+		w = &wiredNs{ino: ino, ifs: map[string][]string{}}
 		d.wired[name] = w
 	}
 	if ifName == "" {
 		w.loUp = true
 		return
 	}
-	w.ifs[ifName] = strings.Join(ipv4, wiredSep)
+	w.ifs[ifName] = slices.Clone(ipv4)
 }
 
 // takeWired returns and forgets what this Driver configured in namespace name with inode ino.

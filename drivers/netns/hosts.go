@@ -52,12 +52,7 @@ func (d *Driver) SetHosts(ctx context.Context, node substrate.Handle, owner subs
 	if d.hosts.unchanged(path, sum) {
 		return nil
 	}
-	conn, err := d.conns.acquire(name, ns.Path, ino)
-	if err != nil {
-		return fmt.Errorf("node %s: hosts: %w: %w", owner.Address, errNsUnreadable, err)
-	}
-	o, err := markerVia(conn.NH, ns)
-	d.conns.release(conn)
+	o, err := d.cachedMarker(ns, ino)
 	if err != nil {
 		return fmt.Errorf("node %s: hosts: %w", owner.Address, err)
 	}
@@ -103,7 +98,11 @@ func statID(path string) (fileID, error) {
 	if err := unix.Stat(path, &st); err != nil {
 		return fileID{}, fmt.Errorf("%s: %w", path, err) // errors.Is(err, os.ErrNotExist) holds for ENOENT
 	}
-	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+	return idOf(&st), nil
+}
+
+func idOf(st *unix.Stat_t) fileID {
+	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // base returns hostsSource's content (nil when it does not exist), read again only when its
@@ -142,7 +141,7 @@ func (m *hostsMemo) base() ([]byte, error) {
 	m.mu.Lock()
 	// The identity taken before the read: a write during it changes the file's identity, and
 	// the next call reads again.
-	m.baseID, m.baseData, m.baseOK = fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, b, true
+	m.baseID, m.baseData, m.baseOK = idOf(&st), b, true
 	m.mu.Unlock()
 	return b, nil
 }

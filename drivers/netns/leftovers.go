@@ -224,7 +224,7 @@ func (d *Driver) deleteGone(ctx context.Context, name string, owner substrate.Ow
 		// would make a destroy of reset nodes O(N²).
 		ends, err := linuxnet.HostLinksOf(owner)
 		if err != nil {
-			return err
+			return fmt.Errorf("netns %s: host ends of %s: %w", name, owner.Address, err)
 		}
 		for _, l := range ends {
 			if err := linuxnet.DeleteVethWithIntents(ctx, l, owner, d.intentDir()); err != nil {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
+	"slices"
 	"time"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
@@ -95,7 +95,7 @@ func (d *Driver) ConfigureGuestNetwork(ctx context.Context, node substrate.Handl
 		}
 		ifc := linuxnet.GuestInterface{Name: p.Veth.NodeName, IPv4: a.IPv4, Gateway: a.Gateway}
 		if done != nil {
-			if want, ok := done.ifs[ifc.Name]; ok && want == strings.Join(a.IPv4, wiredSep) {
+			if want, ok := done.ifs[ifc.Name]; ok && slices.Equal(want, a.IPv4) {
 				ifc.Wired = true
 			}
 		}

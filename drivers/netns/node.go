@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"zyvor.dev/sysbox/drivers/linuxnet"
 	"zyvor.dev/sysbox/internal/driver"
@@ -109,8 +108,10 @@ func (d *Driver) CreateNode(ctx context.Context, spec substrate.NodeSpec) (subst
 // mounted at name's path with inode ino, if it is that namespace (conns.go); markThisNs
 // brought its loopback up.
 func (d *Driver) keepCreated(name string, ino uint64, conn linuxnet.NodeConn) bool {
-	var st unix.Stat_t
-	if conn.NH == nil || !conn.Fd.IsOpen() || unix.Fstat(int(conn.Fd), &st) != nil || st.Ino != ino {
+	if conn.NH == nil || !conn.Fd.IsOpen() {
+		return false
+	}
+	if got, err := fdInode(int(conn.Fd)); err != nil || got != ino {
 		return false
 	}
 	d.conns.put(name, ino, conn)
@@ -318,14 +319,7 @@ func (d *Driver) ObserveNode(ctx context.Context, h substrate.Handle, owner subs
 		return obs, fmt.Errorf("node %s: %w: %w", owner.Address, driver.ErrUnavailable, err)
 	}
 	obs.Attributes = map[string]string{"netns": p.Netns, "netns_path": path}
-	var found substrate.Owner
-	var merr error
-	if conn, err := d.conns.acquire(p.Netns, path, ino); err != nil {
-		merr = fmt.Errorf("%w: %w", errNsUnreadable, err)
-	} else {
-		found, merr = markerVia(conn.NH, d.ns(p.Netns))
-		d.conns.release(conn)
-	}
+	found, merr := d.cachedMarker(d.ns(p.Netns), ino)
 	if merr == nil {
 		obs.Owner = &found
 	}

@@ -115,6 +115,15 @@ func nsInode(path string) (uint64, error) {
 	return st.Ino, nil
 }
 
+// fdInode is nsInode of an open descriptor.
+func fdInode(fd int) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
 // isNetnsMount reports whether path is a mounted network namespace (not just a leftover file).
 func isNetnsMount(path string) bool {
 	var fs unix.Statfs_t
@@ -147,6 +156,16 @@ func markerVia(nh *netlink.Handle, ns linuxnet.Netns) (substrate.Owner, error) {
 	return substrate.ParseMarker(lo.Attrs().Alias)
 }
 
+// cachedMarker is nsMarker through the connection cache (conns.go): ns has nsfs inode ino.
+func (d *Driver) cachedMarker(ns linuxnet.Netns, ino uint64) (substrate.Owner, error) {
+	conn, err := d.conns.acquire(filepath.Base(ns.Path), ns.Path, ino)
+	if err != nil {
+		return substrate.Owner{}, fmt.Errorf("%w: %w", errNsUnreadable, err)
+	}
+	defer d.conns.release(conn)
+	return markerVia(conn.NH, ns)
+}
+
 // netnsMount is isNetnsMount with its error: whether path is a mounted network namespace.
 func netnsMount(path string) (bool, error) {
 	var fs unix.Statfs_t
@@ -161,28 +180,29 @@ func netnsMount(path string) (bool, error) {
 // (on wherever dockerd runs); a node forwards only when a sysbox_router says so. It returns the
 // namespace's descriptor and the netlink socket it used, made inside it, for the caller to keep
 // (conns.go) or close.
-func markThisNs(owner substrate.Owner) (linuxnet.NodeConn, error) {
+func markThisNs(owner substrate.Owner) (_ linuxnet.NodeConn, err error) {
 	nh, err := netlink.NewHandle(unix.NETLINK_ROUTE) // a socket in the thread's namespace
 	if err != nil {
 		return linuxnet.NodeConn{}, fmt.Errorf("netlink: %w", err)
 	}
 	conn := linuxnet.NodeConn{NH: nh, Fd: vnetns.None()}
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
 	lo := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1, Name: "lo"}} // loopback is ifindex 1 in every namespace
 	if err := nh.LinkSetAlias(lo, owner.Marker()); err != nil {
-		conn.Close()
 		return linuxnet.NodeConn{}, fmt.Errorf("lo alias: %w", err)
 	}
 	if err := nh.LinkSetUp(lo); err != nil {
-		conn.Close()
 		return linuxnet.NodeConn{}, fmt.Errorf("lo up: %w", err)
 	}
 	// /proc/sys/net resolves to the namespace of the thread that opens it.
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("0\n"), 0o644); err != nil {
-		conn.Close()
 		return linuxnet.NodeConn{}, fmt.Errorf("sysctl net.ipv4.ip_forward=0: %w", err)
 	}
 	if conn.Fd, err = vnetns.Get(); err != nil {
-		conn.Close()
 		return linuxnet.NodeConn{}, fmt.Errorf("open the new namespace: %w", err)
 	}
 	return conn, nil
