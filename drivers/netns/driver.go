@@ -32,10 +32,6 @@ type Driver struct {
 	NetnsDir string
 	// StateDir holds sidecar records and main-process logs (default /run/sysbox/netns).
 	StateDir string
-	// RuntimeOnMemory puts linuxnet.RuntimeRoot on a memory file system before the driver first
-	// writes below it (linuxnet.PrepareStateDir; set by New): the records describe kernel
-	// objects that die with the machine.
-	RuntimeOnMemory bool
 
 	// fresh holds freshKey(name, inode) of the namespaces this Driver created and has not
 	// started a process in yet: nothing it did not record can run inside them, so their first
@@ -110,7 +106,7 @@ func (d *Driver) intentDir() string { return filepath.Join(d.StateDir, "intents"
 
 // New returns the driver with default directories.
 func New() *Driver {
-	return &Driver{NetnsDir: "/run/netns", StateDir: "/run/sysbox/netns", RuntimeOnMemory: true}
+	return &Driver{NetnsDir: "/run/netns", StateDir: "/run/sysbox/netns"}
 }
 
 // Register adds a default netns driver to r.
@@ -140,11 +136,8 @@ func (d *Driver) Descriptor() driver.Descriptor {
 
 // ensureRuntime runs before the driver's first record is written (every path that writes
 // starts with CreateNetwork, CreateNode or ImportNode in the process that writes).
-func (d *Driver) ensureRuntime() {
-	if d.RuntimeOnMemory {
-		linuxnet.PrepareStateDir(d.StateDir)
-	}
-}
+// linuxnet.PrepareStateDir leaves a StateDir outside its runtime root (a test's) alone.
+func (d *Driver) ensureRuntime() { linuxnet.PrepareStateDir(d.StateDir) }
 
 // private is the versioned provider-private payload of every handle and attachment this driver
 // returns. Kind says which fields matter.
