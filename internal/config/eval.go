@@ -123,6 +123,7 @@ type ResourceInstance struct {
 	slot         *resSlot
 	typed        []Reference
 	explicitDeps []hcl.Traversal
+	indexed      []indexedKeys // the instances of slot.indexed's resources this one names
 }
 
 // RefValue returns the value expressions see for the instance (computing it if needed).
@@ -358,6 +359,9 @@ type resSlot struct {
 	deps     []*resSlot
 	failed   bool
 	name     string
+	// indexed are the resources of deps its body names only through indexes of single
+	// instances, with those index expressions (see indexRefs)
+	indexed []indexedSlot
 }
 
 type callSlot struct {

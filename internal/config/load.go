@@ -112,6 +112,9 @@ type Resource struct {
 
 	bodyRefs    []hcl.Traversal // cached references of Body (see refs)
 	bodyRefsSet bool
+
+	indexRefsVal []indexRef // cached: see indexRefs
+	indexRefsSet bool
 }
 
 // refs returns the references of the body (excluding meta-arguments), computed once.

@@ -280,6 +280,9 @@ func (j *decodeJob) run() {
 		return
 	}
 	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.refAttr, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.RefAttr, dec.References
+	if len(j.rs.indexed) > 0 {
+		j.ri.indexed = j.indexedKeys()
+	}
 }
 
 // decodeBody evaluates the body: its value, or for an AttrReader its attributes (fields, of
@@ -410,12 +413,18 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 	}
 	spec := schema.Spec()
 	hasDynamic := bodyHasDynamic(cfg.Body)
-	vars, deps, failed := e.bodyScope(mi, cfg, spec, hasDynamic, x.kind)
+	vars, deps, indirect, failed := e.bodyScope(mi, cfg, spec, hasDynamic, x.kind)
+	bodyDeps := len(deps)
 	deps = append(deps, xdeps...)
 	var explicit []hcl.Traversal
 	for _, tr := range cfg.DependsOn {
 		deps = append(deps, e.dependsOnSlots(mi, tr)...)
 		explicit = append(explicit, tr)
+	}
+	if !hasDynamic && x.kind != repNone {
+		if refs := cfg.indexRefs(); len(refs) > 0 {
+			rs.indexed = indexedSlots(mi, rs, refs, deps[bodyDeps:], indirect)
+		}
 	}
 	deps = uniqueSlots(deps)
 	rs.failed = failed
@@ -449,8 +458,9 @@ func (e *evaluator) resource(mi *modInst, key string) *resSlot {
 
 // bodyScope resolves the references of a resource's body (through dynamic blocks, as
 // dynblock finds them): the variables its decode jobs share, what it depends on, and whether
-// a reference failed.
-func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasDynamic bool, kind repKind) (*lazyVars, []*resSlot, bool) {
+// a reference failed; indirect are the dependencies that came through variables, local values
+// and module outputs.
+func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasDynamic bool, kind repKind) (vars *lazyVars, deps, indirect []*resSlot, failed bool) {
 	var travs []hcl.Traversal
 	if hasDynamic {
 		travs = dynblock.VariablesHCLDec(cfg.schemaBody(), spec)
@@ -459,9 +469,9 @@ func (e *evaluator) bodyScope(mi *modInst, cfg *Resource, spec hcldec.Spec, hasD
 	}
 	sc := e.resolve(mi, travs, kind)
 	if sc == nil {
-		return newLazyVars(nil), nil, false
+		return newLazyVars(nil), nil, nil, false
 	}
-	return newLazyVars(sc), sc.deps, sc.failed
+	return newLazyVars(sc), sc.deps, sc.indirect, sc.failed
 }
 
 // value is the resource's value for expressions: the instance object (no count/for_each), a
@@ -630,7 +640,12 @@ func (e *evaluator) link() {
 		byKey[ri.Addr.UniqueKey()] = ri
 	}
 	shared := map[*resSlot][]addrs.Instance{}
+	indexed := map[string][]addrs.Instance{} // lists of indexed dependencies, shared when equal
 	for _, ri := range e.instances {
+		if len(ri.indexed) > 0 {
+			ri.DependsOn = e.indexedDeps(ri, byKey, indexed)
+			continue
+		}
 		deps, ok := shared[ri.slot]
 		if !ok {
 			deps = slotDeps(ri.slot, nil)
@@ -668,6 +683,66 @@ func (e *evaluator) link() {
 		}
 		ri.DependsOn = deps
 	}
+}
+
+// indexedDeps is link for an instance that names some resources only through indexes
+// (ri.indexed): of those it depends on the instances named, of the others on all instances, as
+// well as on its typed references. Equal lists are shared (many instances name the same few).
+func (e *evaluator) indexedDeps(ri *ResourceInstance, byKey map[string]*ResourceInstance, interned map[string][]addrs.Instance) []addrs.Instance {
+	var deps []addrs.Instance
+	seen := map[*ResourceInstance]bool{ri: true}
+	add := func(t *ResourceInstance) {
+		if !seen[t] {
+			seen[t] = true
+			deps = append(deps, t.Addr)
+		}
+	}
+slots:
+	for _, d := range ri.slot.deps {
+		for _, ik := range ri.indexed {
+			if ik.slot != d {
+				continue
+			}
+			for _, k := range ik.keys {
+				if i, ok := k.Int(); ok {
+					add(d.insts[i]) // instanceKeyOf checked the range
+					continue
+				}
+				for _, di := range d.insts {
+					if di.Addr.Key == k {
+						add(di)
+					}
+				}
+			}
+			continue slots
+		}
+		for _, di := range d.insts {
+			add(di)
+		}
+	}
+	for _, r := range ri.typed {
+		t, ok := byKey[r.Addr.UniqueKey()]
+		if !ok {
+			e.errf(r.Range.Ptr(), "Reference to a missing resource instance", "%s: %s names %s, which the configuration does not declare", ri.Addr, r.Attr, r.Addr)
+			continue
+		}
+		add(t)
+	}
+	if len(deps) == 0 {
+		return nil
+	}
+	slices.SortFunc(deps, addrs.Instance.Compare)
+	var b strings.Builder
+	for _, d := range deps {
+		b.WriteString(d.UniqueKey())
+		b.WriteByte(0)
+	}
+	if l, ok := interned[b.String()]; ok {
+		return l
+	}
+	deps = deps[:len(deps):len(deps)]
+	interned[b.String()] = deps
+	return deps
 }
 
 // slotDeps returns the sorted instances of s's dependency slots, without skip; nil if none.

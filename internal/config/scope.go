@@ -71,6 +71,9 @@ type scopeBuilder struct {
 	modFull map[string]cty.Value
 	modPart map[string]map[string]cty.Value
 	out     map[string]cty.Value
+	// indirect are the deps that came through a variable, local value or module output, not
+	// from a resource the expressions name themselves (see indexRefs)
+	indirect []*resSlot
 }
 
 // scope resolves the references of an expression (or body) in mi into the variables of an
@@ -246,6 +249,7 @@ func (b *scopeBuilder) value(tr hcl.Traversal, root string) {
 	}
 	b.put(root, name, s.val)
 	b.deps = append(b.deps, s.deps...)
+	b.indirect = append(b.indirect, s.deps...)
 	b.failed = b.failed || s.failed
 }
 
@@ -290,6 +294,7 @@ func (b *scopeBuilder) module(tr hcl.Traversal) {
 		os := b.e.output(cs.children[0], outName)
 		b.modPart = putNested(b.modPart, name, outName, os.val)
 		b.deps = append(b.deps, os.deps...)
+		b.indirect = append(b.indirect, os.deps...)
 		b.failed = b.failed || os.failed
 		return
 	}
@@ -299,6 +304,7 @@ func (b *scopeBuilder) module(tr hcl.Traversal) {
 	}
 	b.modFull[name] = v
 	b.deps = append(b.deps, d...)
+	b.indirect = append(b.indirect, d...)
 	b.failed = b.failed || f
 }
 

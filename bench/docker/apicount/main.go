@@ -1,7 +1,7 @@
 // Command apicount is a counting proxy for the Docker Engine API: it listens on a unix socket,
 // forwards every request to the daemon's socket and appends one line per request to a log
-// (route with ids folded, status, milliseconds). `apicount -sum LOG` prints the count and total
-// latency per route. bench/docker/calls.sh uses it to count the API calls per container of
+// (route with ids folded, status, milliseconds, start as Unix seconds). `apicount -sum LOG` prints the count and total
+// latency per route. bench/docker/cli.sh (CALLS=1) uses it to count the API calls per container of
 // `sysbox apply`/`destroy` and of the docker CLI loops they are compared with.
 //
 //	apicount -listen /tmp/p.sock -upstream /var/run/docker.sock -log /tmp/calls.log &
@@ -78,7 +78,7 @@ func serve(listen, upstream, logPath string) error {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: rw, status: http.StatusOK}
 		proxy.ServeHTTP(sw, r)
-		line := fmt.Sprintf("%s %s %d %.3f\n", r.Method, route(r.URL.Path), sw.status, float64(time.Since(start).Microseconds())/1000)
+		line := fmt.Sprintf("%s %s %d %.3f %.3f\n", r.Method, route(r.URL.Path), sw.status, float64(time.Since(start).Microseconds())/1000, float64(start.UnixMicro())/1e6)
 		mu.Lock()
 		defer mu.Unlock()
 		if _, err := logf.WriteString(line); err != nil {
@@ -153,7 +153,7 @@ func summarize(path string) error {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) != 4 {
+		if len(fs) != 4 && len(fs) != 5 { // the fifth field, the start time, came later
 			return fmt.Errorf("%s: malformed line %q", path, sc.Text())
 		}
 		ms, err := strconv.ParseFloat(fs[3], 64)
