@@ -108,6 +108,7 @@ var (
 	_ driver.Auditor   = (*Driver)(nil)
 
 	_ driver.ForceDeleter = (*Driver)(nil)
+	_ driver.NICRemover   = (*Driver)(nil)
 	_ driver.Concurrency  = (*Driver)(nil)
 
 	_ linuxnet.NamespaceResolver = (*Driver)(nil)
@@ -125,6 +126,11 @@ func (d *Driver) MaxInFlight() int { return MaxInFlight }
 // DeleteStopsNode implements driver.ForceDeleter: DeleteNode removes a running container with
 // force (the daemon kills it), so the executor does not stop it gracefully first.
 func (d *Driver) DeleteStopsNode() bool { return true }
+
+// DeleteRemovesNICs implements driver.NICRemover: removing a container takes its veth pairs
+// with its namespace (the kernel tears the namespace's devices down in one batch), and
+// DeleteNode then deletes the host sides its record still finds, as Detach would.
+func (d *Driver) DeleteRemovesNICs() bool { return true }
 
 // apiErr maps a client error to the driver sentinels callers branch on, keeping the cause:
 // an unreachable daemon is ErrUnavailable, a missing object ErrNotFound.

@@ -72,6 +72,17 @@ type ForceDeleter interface {
 	DeleteStopsNode() bool
 }
 
+// NICRemover is the optional part of Nodes for a driver with NICs whose DeleteNode removes all
+// of the node's NICs itself (what Detach would remove for each attachment, whether or not its
+// attachment reached state), so that detaching them one by one first is wasted work: for
+// docker, veth deletions one at a time against the kernel's batch teardown of the container's
+// namespace. When DeleteRemovesNICs reports true, the executor removes a node generation
+// (destroy, the first half of a replace, a reset's prior generation) without detaching its
+// attachments first; a DeleteNode that fails then leaves the node wired as it was.
+type NICRemover interface {
+	DeleteRemovesNICs() bool
+}
+
 // Concurrency is optional: a driver that tolerates a number of its own operations in flight
 // other than the executor's default says how many (at least 1). Unless the user fixed the
 // parallelism, the executor's walk of a run's operations (apply, destroy, reset, recovery) runs

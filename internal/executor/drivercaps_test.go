@@ -63,6 +63,49 @@ func TestNodeRemovalStopsUnlessDeleteDoes(t *testing.T) {
 	}
 }
 
+// nicRemoving is the fake driver saying that its DeleteNode removes the node's NICs itself
+// (the fake's does: like a network namespace, its devices go with it).
+type nicRemoving struct{ *fake.Driver }
+
+func (nicRemoving) DeleteRemovesNICs() bool { return true }
+
+var _ driver.NICRemover = nicRemoving{}
+
+// TestNodeRemovalDetachesUnlessDeleteDoes: a node's attachments are detached one by one
+// before it is deleted (replace, reset's prior generation, destroy) unless its driver says
+// DeleteNode removes them; then there is no Detach call and no NIC is left behind.
+func TestNodeRemovalDetachesUnlessDeleteDoes(t *testing.T) {
+	for _, removes := range []bool{false, true} {
+		h := newHarness(t)
+		if removes {
+			h.useDriver(nicRemoving{h.fake})
+		}
+		desired := topology(2, 4, false)
+		h.mustApply(desired)
+		h.mustApply(desired, "sysbox_node.web[1]")
+		if _, err := h.ex.Reset(context.Background(), ResetRequest{Targets: []addrs.Instance{mustAddr("sysbox_node.web[0]")}, Desired: desired}); err != nil {
+			t.Fatalf("removes=%v: reset: %v", removes, err)
+		}
+		checkAgree(t, h.state(), h.fake)
+		if _, residue, err := h.ex.Destroy(context.Background(), nil); err != nil || len(residue) != 0 {
+			t.Fatalf("removes=%v: destroy: %v, residue %v", removes, err, residue)
+		}
+		// Removed: the replaced generation, the reset's prior generation, the 4 destroyed,
+		// one attachment each.
+		detaches, deletes := h.fake.CountCalls("Detach"), h.fake.CountCalls("DeleteNode")
+		wantDetaches := 6
+		if removes {
+			wantDetaches = 0
+		}
+		if detaches != wantDetaches || deletes != 6 {
+			t.Errorf("removes=%v: got %d Detach and %d DeleteNode calls, want %d and 6", removes, detaches, deletes, wantDetaches)
+		}
+		if w := h.fake.World(); len(w.Nodes) != 0 || len(w.NICs) != 0 || len(w.Networks) != 0 {
+			t.Errorf("removes=%v: left after destroy: %d nodes, %d NICs, %d networks", removes, len(w.Nodes), len(w.NICs), len(w.Networks))
+		}
+	}
+}
+
 // inFlight is the fake driver saying it tolerates max operations in flight; its CreateNode
 // counts the creates in progress and holds each until want are (or a short while passed).
 type inFlight struct {

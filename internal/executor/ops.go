@@ -92,13 +92,14 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 	return r.ck(op, StepDeleted)
 }
 
-// removeNode detaches, stops (see stopBeforeDelete) and deletes a node generation.
+// removeNode detaches (unless DeleteNode does: driver.NICRemover), stops (see
+// stopBeforeDelete) and deletes a node generation.
 func (r *run) removeNode(ctx context.Context, op *OpState, p *PriorObject) error {
 	nodes, err := driver.Get[driver.Nodes](r.e.Registry, p.Handle.Driver, driver.CapNodeLifecycle)
 	if err != nil {
 		return err
 	}
-	if !op.Step.atLeast(StepDetached) && len(p.Attachments) > 0 {
+	if !op.Step.atLeast(StepDetached) && len(p.Attachments) > 0 && !deleteRemovesNICs(nodes) {
 		nics, err := driver.Get[driver.NICs](r.e.Registry, p.Handle.Driver, driver.CapNIC)
 		if err != nil {
 			return err
@@ -121,6 +122,13 @@ func (r *run) removeNode(ctx context.Context, op *OpState, p *PriorObject) error
 		return fmt.Errorf("delete node %s: %w", p.Handle.ExternalID, err)
 	}
 	return nil
+}
+
+// deleteRemovesNICs reports whether a node's DeleteNode removes its NICs itself
+// (driver.NICRemover), when detaching them first is wasted work.
+func deleteRemovesNICs(nodes driver.Nodes) bool {
+	nr, ok := nodes.(driver.NICRemover)
+	return ok && nr.DeleteRemovesNICs()
 }
 
 // stopBeforeDelete reports whether a node is stopped before it is deleted: unless its driver's

@@ -307,14 +307,15 @@ func (r *run) reapplyPolicies(ctx context.Context, op *OpState) error {
 	return nil
 }
 
-// cleanupPrior detaches, stops (see stopBeforeDelete) and deletes a prior generation; the
-// driver re-checks its markers against the prior owner on each call.
+// cleanupPrior detaches (unless DeleteNode does: driver.NICRemover), stops (see
+// stopBeforeDelete) and deletes a prior generation; the driver re-checks its markers against
+// the prior owner on each call.
 func (r *run) cleanupPrior(ctx context.Context, p *PriorObject) error {
 	nodes, err := driver.Get[driver.Nodes](r.e.Registry, p.Handle.Driver, driver.CapNodeLifecycle)
 	if err != nil {
 		return err
 	}
-	if len(p.Attachments) > 0 {
+	if len(p.Attachments) > 0 && !deleteRemovesNICs(nodes) {
 		nics, err := driver.Get[driver.NICs](r.e.Registry, p.Handle.Driver, driver.CapNIC)
 		if err != nil {
 			return err
