@@ -122,6 +122,17 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	defer wg.Wait()
 	defer cancel(nil)
 
+	// The claim is the run's first event under this epoch, written before any work starts
+	// (the other events go in the background): the log shows every attempt, also one whose
+	// agent died at once.
+	claim := client.Event{Kind: "claim", Data: fmt.Sprintf("claimed by agent %s at lease epoch %d", a.Client.ID, l.Epoch)}
+	if _, err := a.Client.Events(runCtx, l, claim); errors.Is(err, client.ErrFenced) {
+		log.Warn("run abandoned: lease lost", "err", err)
+		return
+	} else if err != nil {
+		log.Warn("claim event refused", "err", err)
+	}
+
 	var plan, bundle []byte
 	var err error
 	if l.Run.Plan != "" { // a command run has only a revision

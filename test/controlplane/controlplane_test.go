@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -307,6 +309,7 @@ func (r *rig) finished(id string) obj {
 type event struct {
 	Seq   int64  `json:"seq"`
 	Epoch int64  `json:"epoch"`
+	Kind  string `json:"kind"`
 	Data  string `json:"data"`
 }
 
@@ -458,6 +461,17 @@ func TestKilledAgentResumesFromCheckpoint(t *testing.T) {
 	}
 	if evs[0].Epoch != 1 || evs[len(evs)-1].Epoch != 2 {
 		t.Fatalf("events span epochs %d..%d, want 1..2", evs[0].Epoch, evs[len(evs)-1].Epoch)
+	}
+	// Each claim is logged before its work starts (the killed attempt's other events may not
+	// have left the agent).
+	var claims []string
+	for _, e := range evs {
+		if e.Kind == "claim" {
+			claims = append(claims, fmt.Sprintf("%d: %s", e.Epoch, e.Data))
+		}
+	}
+	if want := []string{"1: claimed by agent " + agentID + " at lease epoch 1", "2: claimed by agent " + agentID + " at lease epoch 2"}; !slices.Equal(claims, want) || evs[0].Kind != "claim" {
+		t.Fatalf("claim events %q (first event %s), want %q first of each epoch", claims, evs[0].Kind, want)
 	}
 	state, err := os.ReadFile(filepath.Join(r.work, "agent-host", "workspaces", r.ws, ".sysbox", "state"))
 	if err != nil || !bytes.Contains(state, []byte("sysbox_node.web[1]")) || !bytes.Contains(state, []byte("sysbox_firewall.web")) {
