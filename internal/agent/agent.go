@@ -122,15 +122,8 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 	defer wg.Wait()
 	defer cancel(nil)
 
-	// The claim is the run's first event under this epoch, written before any work starts
-	// (the other events go in the background): the log shows every attempt, also one whose
-	// agent died at once.
-	claim := client.Event{Kind: "claim", Data: fmt.Sprintf("claimed by agent %s at lease epoch %d", a.Client.ID, l.Epoch)}
-	if _, err := a.Client.Events(runCtx, l, claim); errors.Is(err, client.ErrFenced) {
-		log.Warn("run abandoned: lease lost", "err", err)
+	if !a.logClaim(runCtx, l, log) {
 		return
-	} else if err != nil {
-		log.Warn("claim event refused", "err", err)
 	}
 
 	var plan, bundle []byte
@@ -176,6 +169,20 @@ func (a *Agent) execute(ctx context.Context, l *client.Lease) {
 		log.Warn("events or projections refused", "err", serr)
 	}
 	a.finish(ctx, l, log, out, err, runCtx)
+}
+
+// logClaim writes the claim as the run's first event under this epoch, before any work starts
+// (the other events go in the background), so that the log shows every attempt, also one whose
+// agent died at once. False when the lease is already lost.
+func (a *Agent) logClaim(ctx context.Context, l *client.Lease, log *slog.Logger) bool {
+	claim := client.Event{Kind: "claim", Data: fmt.Sprintf("claimed by agent %s at lease epoch %d", a.Client.ID, l.Epoch)}
+	if _, err := a.Client.Events(ctx, l, claim); errors.Is(err, client.ErrFenced) {
+		log.Warn("run abandoned: lease lost", "err", err)
+		return false
+	} else if err != nil {
+		log.Warn("claim event refused", "err", err)
+	}
+	return true
 }
 
 // renewEvery is the renewal period for l: RenewEvery, or a third of the lease's TTL.
