@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -29,25 +30,37 @@ func (h *harness) useDriver(d driver.Driver) {
 	h.ex.Registry = reg
 }
 
+// removeGenerations applies desired (with the driver use makes of h's fake, when use is not
+// nil), replaces web[1], resets web[0] and destroys everything: every way a node generation is
+// removed. label names the case in failures.
+func removeGenerations(t *testing.T, label string, use func(*fake.Driver) driver.Driver, desired []Action) *harness {
+	t.Helper()
+	h := newHarness(t)
+	if use != nil {
+		h.useDriver(use(h.fake))
+	}
+	h.mustApply(desired)
+	h.mustApply(desired, "sysbox_node.web[1]")
+	if _, err := h.ex.Reset(context.Background(), ResetRequest{Targets: []addrs.Instance{mustAddr("sysbox_node.web[0]")}, Desired: desired}); err != nil {
+		t.Fatalf("%s: reset: %v", label, err)
+	}
+	checkAgree(t, h.state(), h.fake)
+	if _, residue, err := h.ex.Destroy(context.Background(), nil); err != nil || len(residue) != 0 {
+		t.Fatalf("%s: destroy: %v, residue %v", label, err, residue)
+	}
+	return h
+}
+
 // TestNodeRemovalStopsUnlessDeleteDoes: a node is stopped before it is deleted (replace,
 // reset's prior generation, destroy) unless its driver says DeleteNode ends it itself; then
 // DeleteNode alone removes it, after its ownership check, and nothing is left behind.
 func TestNodeRemovalStopsUnlessDeleteDoes(t *testing.T) {
 	for _, force := range []bool{false, true} {
-		h := newHarness(t)
+		var use func(*fake.Driver) driver.Driver
 		if force {
-			h.useDriver(forceDeleting{h.fake})
+			use = func(f *fake.Driver) driver.Driver { return forceDeleting{f} }
 		}
-		desired := topology(1, 3, true)
-		h.mustApply(desired)
-		h.mustApply(desired, "sysbox_node.web[1]")
-		if _, err := h.ex.Reset(context.Background(), ResetRequest{Targets: []addrs.Instance{mustAddr("sysbox_node.web[0]")}, Desired: desired}); err != nil {
-			t.Fatalf("force=%v: reset: %v", force, err)
-		}
-		checkAgree(t, h.state(), h.fake)
-		if _, residue, err := h.ex.Destroy(context.Background(), nil); err != nil || len(residue) != 0 {
-			t.Fatalf("force=%v: destroy: %v, residue %v", force, err, residue)
-		}
+		h := removeGenerations(t, fmt.Sprintf("force=%v", force), use, topology(1, 3, true))
 		// Removed: the replaced generation, the reset's prior generation, the 3 destroyed.
 		stops, deletes := h.fake.CountCalls("StopNode"), h.fake.CountCalls("DeleteNode")
 		wantStops := 5
@@ -76,20 +89,11 @@ var _ driver.NICRemover = nicRemoving{}
 // DeleteNode removes them; then there is no Detach call and no NIC is left behind.
 func TestNodeRemovalDetachesUnlessDeleteDoes(t *testing.T) {
 	for _, removes := range []bool{false, true} {
-		h := newHarness(t)
+		var use func(*fake.Driver) driver.Driver
 		if removes {
-			h.useDriver(nicRemoving{h.fake})
+			use = func(f *fake.Driver) driver.Driver { return nicRemoving{f} }
 		}
-		desired := topology(2, 4, false)
-		h.mustApply(desired)
-		h.mustApply(desired, "sysbox_node.web[1]")
-		if _, err := h.ex.Reset(context.Background(), ResetRequest{Targets: []addrs.Instance{mustAddr("sysbox_node.web[0]")}, Desired: desired}); err != nil {
-			t.Fatalf("removes=%v: reset: %v", removes, err)
-		}
-		checkAgree(t, h.state(), h.fake)
-		if _, residue, err := h.ex.Destroy(context.Background(), nil); err != nil || len(residue) != 0 {
-			t.Fatalf("removes=%v: destroy: %v, residue %v", removes, err, residue)
-		}
+		h := removeGenerations(t, fmt.Sprintf("removes=%v", removes), use, topology(2, 4, false))
 		// Removed: the replaced generation, the reset's prior generation, the 4 destroyed,
 		// one attachment each.
 		detaches, deletes := h.fake.CountCalls("Detach"), h.fake.CountCalls("DeleteNode")
