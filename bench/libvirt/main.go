@@ -281,7 +281,7 @@ func (b *bench) reset(ctx context.Context, d *libvirt.Driver, addr, want string)
 			fmt.Printf("  cpu reset: the new generation's qemu %.2fs in %.2fs wall\n", cpu.Seconds(), el.Seconds())
 		}
 	}
-	// What `sysbox reset` does next and its caller waits for (executor step 8, cleanupPrior):
+	// What `sysbox reset` does next and its caller waits for (executor step 8, removeNode of the prior generation):
 	// stop and delete the prior generation. Not in the line's time (which ends when the new
 	// generation answers); printed beside it.
 	t1 := time.Now()

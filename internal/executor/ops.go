@@ -93,13 +93,16 @@ func (r *run) remove(ctx context.Context, op *OpState) error {
 }
 
 // removeNode detaches (unless DeleteNode does: driver.NICRemover), stops (see
-// stopBeforeDelete) and deletes a node generation.
+// stopBeforeDelete) and deletes node generation p; the driver re-checks its markers against p's
+// owner on each call. With op (a delete, or a replace's first half) the detaching is
+// checkpointed as StepDetached and not repeated once op got that far; reset removes its prior
+// generation, or a failed replacement, with op nil.
 func (r *run) removeNode(ctx context.Context, op *OpState, p *PriorObject) error {
 	nodes, err := driver.Get[driver.Nodes](r.e.Registry, p.Handle.Driver, driver.CapNodeLifecycle)
 	if err != nil {
 		return err
 	}
-	if !op.Step.atLeast(StepDetached) && len(p.Attachments) > 0 && !deleteRemovesNICs(nodes) {
+	if (op == nil || !op.Step.atLeast(StepDetached)) && len(p.Attachments) > 0 && !deleteRemovesNICs(nodes) {
 		nics, err := driver.Get[driver.NICs](r.e.Registry, p.Handle.Driver, driver.CapNIC)
 		if err != nil {
 			return err
@@ -109,8 +112,10 @@ func (r *run) removeNode(ctx context.Context, op *OpState, p *PriorObject) error
 				return fmt.Errorf("detach %s from %s: %w", at.Name, p.Handle.ExternalID, err)
 			}
 		}
-		if err := r.ck(op, StepDetached); err != nil {
-			return err
+		if op != nil {
+			if err := r.ck(op, StepDetached); err != nil {
+				return err
+			}
 		}
 	}
 	if stopBeforeDelete(nodes) {

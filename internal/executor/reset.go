@@ -122,7 +122,7 @@ func (r *run) resetNode(ctx context.Context, op *OpState) error {
 	}
 	if op.Handle != nil {
 		replacement := &PriorObject{Owner: op.Owner, Handle: *op.Handle, Attachments: op.Attachments}
-		if cerr := r.cleanupPrior(ctx, replacement); cerr != nil {
+		if cerr := r.removeNode(ctx, nil, replacement); cerr != nil {
 			return errors.Join(err, fmt.Errorf("delete the failed replacement %s: %w", op.Handle.ExternalID, cerr))
 		}
 		op.Handle, op.Attachments = nil, nil
@@ -173,7 +173,7 @@ func (r *run) resetSteps(ctx context.Context, op *OpState) error {
 	}
 	// Step 8: only now, with the replacement observable and saved, remove the prior generation.
 	if !op.Step.atLeast(StepCleaned) {
-		if err := r.cleanupPrior(ctx, p); err != nil {
+		if err := r.removeNode(ctx, nil, p); err != nil {
 			return fmt.Errorf("clean up prior generation %s (state already switched to %s): %w", p.Handle.ExternalID, op.Handle.ExternalID, err)
 		}
 		if err := r.ck(op, StepCleaned); err != nil {
@@ -305,33 +305,6 @@ func (r *run) reapplyPolicies(ctx context.Context, op *OpState) error {
 		}
 	}
 	return nil
-}
-
-// cleanupPrior detaches (unless DeleteNode does: driver.NICRemover), stops (see
-// stopBeforeDelete) and deletes a prior generation; the driver re-checks its markers against
-// the prior owner on each call.
-func (r *run) cleanupPrior(ctx context.Context, p *PriorObject) error {
-	nodes, err := driver.Get[driver.Nodes](r.e.Registry, p.Handle.Driver, driver.CapNodeLifecycle)
-	if err != nil {
-		return err
-	}
-	if len(p.Attachments) > 0 && !deleteRemovesNICs(nodes) {
-		nics, err := driver.Get[driver.NICs](r.e.Registry, p.Handle.Driver, driver.CapNIC)
-		if err != nil {
-			return err
-		}
-		for _, at := range p.Attachments {
-			if err := ignoreNotFound(nics.Detach(ctx, p.Handle, at, p.Owner)); err != nil {
-				return fmt.Errorf("detach %s: %w", at.Name, err)
-			}
-		}
-	}
-	if stopBeforeDelete(nodes) {
-		if err := ignoreNotFound(nodes.StopNode(ctx, p.Handle, p.Owner)); err != nil {
-			return err
-		}
-	}
-	return ignoreNotFound(nodes.DeleteNode(ctx, p.Handle, p.Owner))
 }
 
 // verifyBaseline re-checks, through the artifact driver, the artifact identities op's node is
