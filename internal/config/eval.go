@@ -123,7 +123,7 @@ type ResourceInstance struct {
 	slot         *resSlot
 	typed        []Reference
 	explicitDeps []hcl.Traversal
-	indexed      []indexedKeys // the instances of slot.indexed's resources this one names
+	indexed      []indexedInsts // the instances of slot.indexed's resources this one names
 }
 
 // RefValue returns the value expressions see for the instance (computing it if needed).
@@ -206,7 +206,7 @@ func (t *Topology) DependencyGraph() (g *graph.Graph, order []addrs.Instance, ok
 func (t *Topology) ReleaseModules() {
 	t.Root = nil
 	for _, ri := range t.Resources {
-		ri.slot, ri.typed, ri.explicitDeps = nil, nil, nil
+		ri.slot, ri.typed, ri.explicitDeps, ri.indexed = nil, nil, nil, nil
 	}
 }
 

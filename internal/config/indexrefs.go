@@ -34,10 +34,10 @@ type indexedSlot struct {
 	keys []hclsyntax.Expression
 }
 
-// indexedKeys are the instance keys one instance's index expressions of slot evaluated to.
-type indexedKeys struct {
-	slot *resSlot
-	keys []addrs.InstanceKey
+// indexedInsts are the instances of slot that one instance's index expressions name.
+type indexedInsts struct {
+	slot  *resSlot
+	insts []*ResourceInstance
 }
 
 // indexRefs returns the resources the body names only through indexes of single instances
@@ -190,56 +190,60 @@ func containsSlot(in []*resSlot, s *resSlot) bool {
 	return false
 }
 
-// indexedKeys evaluates the job's index expressions in its context; a resource whose keys do
-// not all evaluate to a key of one of its instances is left out (the instance depends on all
-// of them).
-func (j *decodeJob) indexedKeys() []indexedKeys {
-	var out []indexedKeys
+// indexedInsts evaluates the job's index expressions in its context; a resource whose keys do
+// not all name one of its instances is left out (the instance depends on all of them).
+func (j *decodeJob) indexedInsts() []indexedInsts {
+	var out []indexedInsts
 	for _, is := range j.rs.indexed {
-		keys := make([]addrs.InstanceKey, 0, len(is.keys))
-		for _, x := range is.keys {
-			k, ok := instanceKeyOf(x, j.context(), is.slot)
-			if !ok {
-				keys = nil
-				break
-			}
-			keys = append(keys, k)
-		}
-		if keys != nil {
-			out = append(out, indexedKeys{slot: is.slot, keys: keys})
+		if insts, ok := instancesOf(is, j.context()); ok {
+			out = append(out, indexedInsts{slot: is.slot, insts: insts})
 		}
 	}
 	return out
 }
 
-// instanceKeyOf evaluates an index expression of slot to the key of one of its instances.
-func instanceKeyOf(x hclsyntax.Expression, ctx *hcl.EvalContext, slot *resSlot) (addrs.InstanceKey, bool) {
+// instancesOf evaluates is's index expressions to the instances of is.slot they name; false
+// when one does not evaluate to the key of an instance.
+func instancesOf(is indexedSlot, ctx *hcl.EvalContext) ([]*ResourceInstance, bool) {
+	insts := make([]*ResourceInstance, 0, len(is.keys))
+	for _, x := range is.keys {
+		ri, ok := instanceOf(x, ctx, is.slot)
+		if !ok {
+			return nil, false
+		}
+		insts = append(insts, ri)
+	}
+	return insts, true
+}
+
+// instanceOf evaluates an index expression of slot to the instance it names.
+func instanceOf(x hclsyntax.Expression, ctx *hcl.EvalContext, slot *resSlot) (*ResourceInstance, bool) {
 	v, d := x.Value(ctx)
 	if d.HasErrors() || !v.IsWhollyKnown() || v.IsNull() || v.IsMarked() {
-		return addrs.NoKey, false
+		return nil, false
 	}
 	switch slot.kind {
 	case repCount:
 		n, err := convert.Convert(v, cty.Number)
 		if err != nil {
-			return addrs.NoKey, false
+			return nil, false
 		}
 		i, acc := n.AsBigFloat().Int64()
 		if acc != big.Exact || i < 0 || i >= int64(len(slot.insts)) {
-			return addrs.NoKey, false
+			return nil, false
 		}
-		return addrs.IntKey(int(i)), true
+		return slot.insts[i], true // a count resource's instances are in key order
 	case repEach:
 		s, err := convert.Convert(v, cty.String)
 		if err != nil {
-			return addrs.NoKey, false
+			return nil, false
 		}
 		k := addrs.StringKey(s.AsString())
 		for _, ri := range slot.insts {
 			if ri.Addr.Key == k {
-				return k, true
+				return ri, true
 			}
 		}
 	}
-	return addrs.NoKey, false
+	return nil, false
 }

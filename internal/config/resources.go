@@ -281,7 +281,7 @@ func (j *decodeJob) run() {
 	}
 	j.ri.Config, j.ri.Ref, j.ri.refFunc, j.ri.refAttr, j.ri.typed = dec.Config, dec.Ref, dec.RefFunc, dec.RefAttr, dec.References
 	if len(j.rs.indexed) > 0 {
-		j.ri.indexed = j.indexedKeys()
+		j.ri.indexed = j.indexedInsts()
 	}
 }
 
@@ -659,9 +659,8 @@ func (e *evaluator) link() {
 		var extra []addrs.Instance
 		var added map[*ResourceInstance]struct{}
 		for _, r := range ri.typed {
-			t, ok := byKey[r.Addr.UniqueKey()]
+			t, ok := e.typedTarget(ri, r, byKey)
 			if !ok {
-				e.errf(r.Range.Ptr(), "Reference to a missing resource instance", "%s: %s names %s, which the configuration does not declare", ri.Addr, r.Attr, r.Addr)
 				continue
 			}
 			if t == ri || slices.Contains(ri.slot.deps, t.slot) {
@@ -685,6 +684,15 @@ func (e *evaluator) link() {
 	}
 }
 
+// typedTarget is the instance a typed reference of ri names; a missing one is reported.
+func (e *evaluator) typedTarget(ri *ResourceInstance, r Reference, byKey map[string]*ResourceInstance) (*ResourceInstance, bool) {
+	t, ok := byKey[r.Addr.UniqueKey()]
+	if !ok {
+		e.errf(r.Range.Ptr(), "Reference to a missing resource instance", "%s: %s names %s, which the configuration does not declare", ri.Addr, r.Attr, r.Addr)
+	}
+	return t, ok
+}
+
 // indexedDeps is link for an instance that names some resources only through indexes
 // (ri.indexed): of those it depends on the instances named, of the others on all instances, as
 // well as on its typed references. Equal lists are shared (many instances name the same few).
@@ -697,36 +705,19 @@ func (e *evaluator) indexedDeps(ri *ResourceInstance, byKey map[string]*Resource
 			deps = append(deps, t.Addr)
 		}
 	}
-slots:
 	for _, d := range ri.slot.deps {
-		for _, ik := range ri.indexed {
-			if ik.slot != d {
-				continue
-			}
-			for _, k := range ik.keys {
-				if i, ok := k.Int(); ok {
-					add(d.insts[i]) // instanceKeyOf checked the range
-					continue
-				}
-				for _, di := range d.insts {
-					if di.Addr.Key == k {
-						add(di)
-					}
-				}
-			}
-			continue slots
+		insts := d.insts
+		if i := slices.IndexFunc(ri.indexed, func(ii indexedInsts) bool { return ii.slot == d }); i >= 0 {
+			insts = ri.indexed[i].insts
 		}
-		for _, di := range d.insts {
+		for _, di := range insts {
 			add(di)
 		}
 	}
 	for _, r := range ri.typed {
-		t, ok := byKey[r.Addr.UniqueKey()]
-		if !ok {
-			e.errf(r.Range.Ptr(), "Reference to a missing resource instance", "%s: %s names %s, which the configuration does not declare", ri.Addr, r.Attr, r.Addr)
-			continue
+		if t, ok := e.typedTarget(ri, r, byKey); ok {
+			add(t)
 		}
-		add(t)
 	}
 	if len(deps) == 0 {
 		return nil
@@ -829,13 +820,8 @@ func (e *evaluator) referencedIn(m *Module) map[string]bool {
 	r := map[string]bool{}
 	note := func(travs []hcl.Traversal) {
 		for _, tr := range travs {
-			root := tr.RootName()
-			switch root {
-			case "var", "local", "module", "count", "each", "path", "self", "terraform":
-			case "data":
-				r["data."+attrName(tr, 1)+"."+attrName(tr, 2)] = true
-			default:
-				r[root+"."+attrName(tr, 1)] = true
+			if key, _ := resourceKey(tr); key != "" {
+				r[key] = true
 			}
 		}
 	}
