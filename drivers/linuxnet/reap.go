@@ -16,8 +16,9 @@ import (
 // its device under the global rtnl lock with RCU grace periods in between, so concurrent bridge
 // deletions queue behind each other. Measured here (kernel 6.18, 2026-12-02): 5 bridges deleted
 // by 5 concurrent `ip link del` 0.23–0.24 s, the same 5 by one deletion of their link group
-// 0.11 s. At the end of a destroy every network becomes deletable at the same moment (when the
-// last node on it is gone), so its bridges are deleted together.
+// 0.11 s. In a destroy, networks whose last nodes go at about the same time (every network, when
+// each node depends on all of them) become deletable together, and their bridges are deleted
+// together.
 //
 // Veths are not batched: their deletions wait after the lock, so concurrent ones already
 // overlap, and batching them made a 1,000-node destroy slower (session 8, bench/netns/RESULTS.md).
@@ -102,7 +103,7 @@ func (r *linkReaper) count(batches, grouped int) {
 	r.mu.Unlock()
 }
 
-// Stats reports how many deletion requests the reaper sent and how many links went by group.
+// stats reports how many deletion requests the reaper sent and how many links went by group.
 func (r *linkReaper) stats() (batches, grouped uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
